@@ -1,0 +1,228 @@
+// tests/formats/gguf_file_test.cpp: the GGUF reader on hand-made files (every metadata
+// type, alignment, each corruption class) and on the real SmolLM2 file's header.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "common/errors.h"
+#include "formats/gguf_file.h"
+#include "tests/support/gguf_builder.h"
+
+namespace lorakv::formats {
+namespace {
+
+using lorakv::testing::GgufBuilder;
+using lorakv::testing::temp_path;
+
+GgufBuilder small_valid_file() {
+  GgufBuilder b;
+  b.add_string("general.architecture", "llama");
+  b.add_u32("llama.block_count", 2);
+  b.add_f32("llama.rope.freq_base", 10000.0f);
+  b.add_bool("tokenizer.ggml.add_bos_token", false);
+  b.add_string_array("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  b.add_i32_array("tokenizer.ggml.token_type", {1, 1, 3});
+  b.add_f32_tensor("w", {4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  b.add_f32_tensor("v", {3}, {9, 10, 11});
+  return b;
+}
+
+// Expects opening `path` to throw ModelLoadError whose message contains `needle`.
+void expect_load_error(const std::string& path, const std::string& needle) {
+  try {
+    GgufFile::open(path);
+    FAIL() << "expected a ModelLoadError containing '" << needle << "'";
+  } catch (const ModelLoadError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+    EXPECT_NE(what.find(path), std::string::npos) << "message should name the file: " << what;
+  }
+}
+
+TEST(GgufFile, ReadsEveryPartOfAHandMadeFile) {
+  const std::string path = temp_path("valid.gguf");
+  small_valid_file().write(path);
+  auto f = GgufFile::open(path);
+  EXPECT_EQ(f->version(), 3u);
+  EXPECT_EQ(f->alignment(), 32u);
+  EXPECT_EQ(f->get_string("general.architecture"), "llama");
+  EXPECT_EQ(f->get_int("llama.block_count"), 2);
+  EXPECT_FLOAT_EQ(static_cast<float>(f->get_float("llama.rope.freq_base")), 10000.0f);
+  EXPECT_FALSE(f->get_bool("tokenizer.ggml.add_bos_token"));
+  EXPECT_EQ(f->get_string_array("tokenizer.ggml.tokens"), (std::vector<std::string>{"a", "b", "ab"}));
+  EXPECT_EQ(f->get_int_array("tokenizer.ggml.token_type"), (std::vector<int64_t>{1, 1, 3}));
+  ASSERT_EQ(f->tensors().size(), 2u);
+  const GgufTensorInfo& w = f->tensor("w");
+  EXPECT_EQ(w.dims, (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(w.torch_shape(), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(w.num_bytes, 32);
+  float out[8];
+  dequantize_to_f32(w.type(), w.data, out, 8);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[7], 8.0f);
+  const GgufTensorInfo& v = f->tensor("v");
+  EXPECT_EQ(v.offset % 32, 0u);
+  dequantize_to_f32(v.type(), v.data, out, 3);
+  EXPECT_EQ(out[2], 11.0f);
+}
+
+TEST(GgufFile, HonoursACustomAlignment) {
+  GgufBuilder b = small_valid_file();
+  b.alignment = 64;
+  b.add_u32("general.alignment", 64);
+  const std::string path = temp_path("align64.gguf");
+  b.write(path);
+  auto f = GgufFile::open(path);
+  EXPECT_EQ(f->alignment(), 64u);
+  float out[3];
+  dequantize_to_f32(GgmlType::kF32, f->tensor("v").data, out, 3);
+  EXPECT_EQ(out[0], 9.0f);
+}
+
+TEST(GgufFile, TypedGettersReportKeyAndTypes) {
+  const std::string path = temp_path("getters.gguf");
+  small_valid_file().write(path);
+  auto f = GgufFile::open(path);
+  try {
+    f->get_int("general.architecture");
+    FAIL();
+  } catch (const ModelLoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("general.architecture"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("found string"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(f->get_string("no.such.key"), ModelLoadError);
+  EXPECT_FALSE(f->find_int("no.such.key").has_value());
+  try {
+    f->tensor("missing.weight");
+    FAIL();
+  } catch (const ModelLoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.weight"), std::string::npos);
+  }
+}
+
+TEST(GgufFile, RejectsWrongMagic) {
+  GgufBuilder b = small_valid_file();
+  b.magic = 0x04034b50;  // a zip file's magic
+  const std::string path = temp_path("magic.gguf");
+  b.write(path);
+  expect_load_error(path, "bad magic");
+}
+
+TEST(GgufFile, RejectsUnsupportedVersion) {
+  GgufBuilder b = small_valid_file();
+  b.version = 7;
+  const std::string path = temp_path("version.gguf");
+  b.write(path);
+  expect_load_error(path, "unsupported GGUF version");
+}
+
+TEST(GgufFile, RejectsTruncationAnywhere) {
+  const GgufBuilder b = small_valid_file();
+  const size_t full = b.bytes().size();
+  // Cut the file at many points: inside the header, the metadata, the tensor infos and
+  // the data. Each must be a clean ModelLoadError, never a crash.
+  for (size_t cut : {size_t{0}, size_t{3}, size_t{10}, size_t{30}, size_t{60}, size_t{120}, size_t{200},
+                     full / 2, full - 40, full - 21}) {
+    const std::string path = temp_path("trunc.gguf");
+    b.write(path, cut);
+    EXPECT_THROW(GgufFile::open(path), ModelLoadError) << "cut at " << cut << " of " << full;
+  }
+  // The last tensor holds 12 bytes followed by 20 bytes of alignment padding; dropping
+  // the padding is harmless, dropping a byte of data is not.
+  const std::string path = temp_path("trunc-data.gguf");
+  b.write(path, full - 20);
+  EXPECT_NO_THROW(GgufFile::open(path));
+  b.write(path, full - 24);
+  expect_load_error(path, "out of bounds");
+}
+
+TEST(GgufFile, RejectsUnknownTensorType) {
+  GgufBuilder b = small_valid_file();
+  b.tensors[0].type = 12;  // Q4_K: real, but not implemented
+  const std::string path = temp_path("qtype.gguf");
+  b.write(path);
+  expect_load_error(path, "unsupported tensor type");
+  expect_load_error(path, "unknown(12)");
+}
+
+TEST(GgufFile, RejectsDataOutOfBounds) {
+  GgufBuilder b = small_valid_file();
+  b.offset_override = {-1, 1 << 20};
+  const std::string path = temp_path("oob.gguf");
+  b.write(path);
+  expect_load_error(path, "tensor data out of bounds");
+}
+
+TEST(GgufFile, RejectsMisalignedOffset) {
+  GgufBuilder b = small_valid_file();
+  b.offset_override = {-1, 4};
+  const std::string path = temp_path("misaligned.gguf");
+  b.write(path);
+  expect_load_error(path, "misaligned");
+}
+
+TEST(GgufFile, RejectsUnknownValueTypeAndBadBool) {
+  GgufBuilder b = small_valid_file();
+  b.add_raw("weird.key", 13, {0, 0, 0, 0});
+  std::string path = temp_path("vtype.gguf");
+  b.write(path);
+  expect_load_error(path, "unknown metadata value type");
+
+  GgufBuilder c = small_valid_file();
+  c.add_raw("bad.bool", 7, {2});
+  path = temp_path("bool.gguf");
+  c.write(path);
+  expect_load_error(path, "invalid bool");
+}
+
+TEST(GgufFile, RejectsHugeCountsWithoutAllocating) {
+  GgufBuilder b;
+  // An array claiming 2^60 elements in a tiny file must fail fast, not allocate.
+  std::vector<uint8_t> payload = {8, 0, 0, 0};
+  for (int i = 0; i < 7; ++i) payload.push_back(0);
+  payload.push_back(0x10);
+  b.add_raw("huge.array", 9, payload);
+  const std::string path = temp_path("huge.gguf");
+  b.write(path);
+  expect_load_error(path, "array length out of bounds");
+}
+
+TEST(GgufFile, MissingFileNamesThePath) {
+  expect_load_error("/nonexistent/dir/model.gguf", "cannot open file");
+}
+
+// The real model's header, as documented in shared/reference/gguf-and-smollm2.md 3.9.
+TEST(GgufFile, RealSmolLM2Header) {
+  const char* model = std::getenv("LORAKV_MODEL");
+  ASSERT_NE(model, nullptr) << "set LORAKV_MODEL to the SmolLM2 GGUF (tools/fetch_model.sh)";
+  auto f = GgufFile::open(model);
+  EXPECT_EQ(f->file_size(), 98362432u);
+  EXPECT_EQ(f->get_string("general.architecture"), "llama");
+  EXPECT_EQ(f->get_int("general.file_type"), 3);
+  EXPECT_EQ(f->get_float("llama.rope.freq_base"), 100000.0);
+  EXPECT_EQ(f->get_int("llama.context_length"), 8192);
+  EXPECT_EQ(f->get_int("llama.block_count"), 30);
+  EXPECT_EQ(f->get_int("llama.attention.head_count"), 9);
+  EXPECT_EQ(f->get_int("llama.attention.head_count_kv"), 3);
+  EXPECT_EQ(f->get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f->get_string("tokenizer.ggml.pre"), "smollm");
+  EXPECT_EQ(f->alignment(), 32u);
+  int f32 = 0, q8 = 0, q41 = 0;
+  for (const auto& t : f->tensors()) {
+    f32 += t.type() == GgmlType::kF32;
+    q8 += t.type() == GgmlType::kQ8_0;
+    q41 += t.type() == GgmlType::kQ4_1;
+  }
+  EXPECT_EQ(f->tensors().size(), 272u);
+  EXPECT_EQ(f32, 61);
+  EXPECT_EQ(q8, 1);
+  EXPECT_EQ(q41, 210);
+  EXPECT_EQ(f->tensor("token_embd.weight").type(), GgmlType::kQ8_0);
+  EXPECT_EQ(f->tensor("token_embd.weight").dims, (std::vector<int64_t>{576, 49152}));
+  EXPECT_EQ(f->tensor("blk.0.attn_k.weight").dims, (std::vector<int64_t>{576, 192}));
+  EXPECT_EQ(f->find_tensor("output.weight"), nullptr);  // tied embeddings
+}
+
+}  // namespace
+}  // namespace lorakv::formats
