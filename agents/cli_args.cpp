@@ -1,0 +1,69 @@
+// agents/cli_args.cpp: flag parsing for the CLI.
+#include "agents/cli_args.h"
+
+#include "common/errors.h"
+
+namespace lorakv::agents {
+
+CliArgs::CliArgs(const std::vector<std::string>& args, const std::set<std::string>& value_flags,
+                 const std::set<std::string>& bool_flags, const std::string& command)
+    : command_(command) {
+  const std::string hint = "see 'lorakv " + command + " --help'";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0 || a == "--") {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string name = a, value;
+    bool has_value = false;
+    if (const size_t eq = a.find('='); eq != std::string::npos) {
+      name = a.substr(0, eq);
+      value = a.substr(eq + 1);
+      has_value = true;
+    }
+    if (bool_flags.count(name)) {
+      if (has_value) throw ConfigError("flag takes no value", {"", name, "no value", "'" + value + "'", hint});
+      bools_.insert(name);
+    } else if (value_flags.count(name)) {
+      if (!has_value) {
+        if (i + 1 >= args.size()) throw ConfigError("flag needs a value", {"", name, "a value", "nothing", hint});
+        value = args[++i];
+      }
+      values_[name] = value;
+    } else {
+      throw ConfigError("unknown flag", {"", name, "", "", hint});
+    }
+  }
+}
+
+std::optional<std::string> CliArgs::get(const std::string& flag) const {
+  auto it = values_.find(flag);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string CliArgs::require(const std::string& flag) const {
+  auto v = get(flag);
+  if (!v) throw ConfigError("missing required flag", {"", flag, "", "", "see 'lorakv " + command_ + " --help'"});
+  return *v;
+}
+
+int64_t CliArgs::get_int(const std::string& flag, int64_t fallback, int64_t min, int64_t max) const {
+  auto v = get(flag);
+  if (!v) return fallback;
+  const std::string range = "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(*v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v->size() || n < min || n > max) {
+    throw ConfigError("invalid value", {"", flag, range, "'" + *v + "'", ""});
+  }
+  return n;
+}
+
+}  // namespace lorakv::agents

@@ -1,0 +1,33 @@
+// agents/cli_args.h: a small flag parser for the CLI: "--name value", "--name=value" and
+// boolean "--name". Unknown flags and missing values are ConfigErrors naming the flag.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace lorakv::agents {
+
+class CliArgs {
+ public:
+  // value_flags take a value; bool_flags do not. Positional arguments are kept in order.
+  CliArgs(const std::vector<std::string>& args, const std::set<std::string>& value_flags,
+          const std::set<std::string>& bool_flags, const std::string& command);
+
+  bool has(const std::string& flag) const { return bools_.count(flag) > 0 || values_.count(flag) > 0; }
+  std::optional<std::string> get(const std::string& flag) const;
+  std::string require(const std::string& flag) const;
+  // An integer flag within [min, max], or `fallback` when absent.
+  int64_t get_int(const std::string& flag, int64_t fallback, int64_t min, int64_t max) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::string command_;
+  std::map<std::string, std::string> values_;
+  std::set<std::string> bools_;
+  std::vector<std::string> positional_;
+};
+
+}  // namespace lorakv::agents

@@ -1,0 +1,29 @@
+// kernels/attention.h: dense causal attention over one sequence's cached rows, with GQA
+// and masks computed from stored token positions (rows may be out of order after
+// eviction). This is the plain ATen path; the fused base + low-rank kernel of a later
+// issue must match it.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace lorakv::kernels {
+
+struct AttentionInput {
+  at::Tensor q;            // float [Tq, num_heads, head_dim], RoPE applied
+  at::Tensor k;            // float [num_kv_heads, Tk, head_dim], RoPE applied (may be a strided view)
+  at::Tensor v;            // float [num_kv_heads, Tk, head_dim]
+  at::Tensor q_positions;  // int64 [Tq]
+  at::Tensor k_positions;  // int64 [Tk]
+  double scale = 0;        // softmax scale, usually 1/sqrt(head_dim)
+};
+
+// Each query attends to keys with position <= its own. Query heads map to KV heads in
+// groups: head h reads KV head h / (num_heads / num_kv_heads), as transformers' repeat_kv.
+// Returns float [Tq, num_heads, head_dim].
+at::Tensor causal_attention(const AttentionInput& in);
+
+// RMSNorm as in Llama: x * rsqrt(mean(x^2) + eps) * weight, computed in float32.
+// x: [T, hidden]; weight: float [hidden]. Returns [T, hidden] in x's dtype.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+}  // namespace lorakv::kernels

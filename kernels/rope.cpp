@@ -1,0 +1,32 @@
+// kernels/rope.cpp: RoPE on ATen ops, matching transformers' float32 arithmetic order.
+#include "kernels/rope.h"
+
+#include "common/errors.h"
+
+namespace lorakv::kernels {
+
+at::Tensor rope_inv_freq(int64_t rotary_dim, double theta) {
+  LORAKV_ASSERT(rotary_dim > 0 && rotary_dim % 2 == 0, "rotary_dim must be even, got " << rotary_dim);
+  // transformers: 1 / (base ** (arange(0, dim, 2).float() / dim)), all float32.
+  at::Tensor exponents = at::arange(0, rotary_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(rotary_dim);
+  return 1.0 / at::pow(theta, exponents);
+}
+
+std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& positions, const at::Tensor& inv_freq) {
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, D/2]
+  at::Tensor emb = at::cat({freqs, freqs}, 1);                                        // [T, D]
+  return {emb.cos(), emb.sin()};
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  LORAKV_ASSERT(x.dim() == 3, "x must be [T, H, D]");
+  const int64_t half = x.size(2) / 2;
+  at::Tensor x1 = x.narrow(2, 0, half);
+  at::Tensor x2 = x.narrow(2, half, half);
+  at::Tensor rotated = at::cat({-x2, x1}, 2);  // rotate_half
+  at::Tensor c = cos.unsqueeze(1).to(x.scalar_type());
+  at::Tensor s = sin.unsqueeze(1).to(x.scalar_type());
+  return x * c + rotated * s;
+}
+
+}  // namespace lorakv::kernels

@@ -1,0 +1,21 @@
+// kernels/rope.h: rotary position embedding in Hugging Face's layout (rotate_half: element
+// i pairs with i + head_dim/2), driven by explicit per-row positions, never row order.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace lorakv::kernels {
+
+// Inverse frequencies theta^(-2i/rotary_dim), i < rotary_dim/2, computed in float32 the way
+// transformers does. Returns float32 [rotary_dim / 2].
+at::Tensor rope_inv_freq(int64_t rotary_dim, double theta);
+
+// cos and sin tables for the given positions. positions: int64 [T];
+// inv_freq: float32 [D/2]. Returns {cos, sin}, each float32 [T, D] (halves duplicated).
+std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& positions, const at::Tensor& inv_freq);
+
+// Rotates x in place of a copy. x: float [T, H, D]; cos, sin: float32 [T, D].
+// Returns float [T, H, D] in x's dtype.
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+}  // namespace lorakv::kernels

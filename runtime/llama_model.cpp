@@ -1,0 +1,90 @@
+// runtime/llama_model.cpp: the forward pass. All new tokens of the batch are packed into
+// one [T_total, hidden] matrix so every projection is a single matmul; only attention
+// runs per sequence, over that sequence's cached rows.
+#include "runtime/llama_model.h"
+
+#include "common/errors.h"
+#include "formats/gguf_file.h"
+#include "kernels/attention.h"
+#include "kernels/rope.h"
+
+namespace lorakv::runtime {
+
+LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      inv_freq_(kernels::rope_inv_freq(config_.head_dim, config_.rope_theta)) {}
+
+std::unique_ptr<LlamaModel> LlamaModel::from_gguf(const formats::GgufFile& file) {
+  ModelConfig config = read_model_config(file);
+  ModelWeights weights = load_gguf_weights(file, config, at::kFloat);
+  return std::make_unique<LlamaModel>(std::move(config), std::move(weights));
+}
+
+std::unique_ptr<KvCache> LlamaModel::make_cache() const {
+  return std::make_unique<ContiguousKvCache>(config_.num_layers, config_.num_kv_heads, config_.head_dim);
+}
+
+at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache& cache,
+                               ForwardOptions options) const {
+  const ModelConfig& c = config_;
+  if (batch.empty()) throw ConfigError("forward called with no sequences");
+
+  // Pack token ids and positions of all sequences: row offsets[i] .. offsets[i+1].
+  std::vector<int64_t> ids, positions, offsets = {0};
+  for (const SequenceInput& s : batch) {
+    if (s.tokens.empty()) throw ConfigError("a sequence in the batch has no new tokens", {"", "seq " + std::to_string(s.seq.value())});
+    const int64_t start = cache.length(s.seq);
+    for (size_t t = 0; t < s.tokens.size(); ++t) {
+      const int32_t id = s.tokens[t];
+      if (id < 0 || id >= c.vocab_size) {
+        throw ConfigError("token id out of range", {"", "", "0.." + std::to_string(c.vocab_size - 1), std::to_string(id), ""});
+      }
+      ids.push_back(id);
+      positions.push_back(start + static_cast<int64_t>(t));
+    }
+    offsets.push_back(static_cast<int64_t>(ids.size()));
+  }
+  const int64_t total = static_cast<int64_t>(ids.size());
+  at::Tensor id_tensor = at::tensor(ids, at::kLong);               // [T]
+  at::Tensor pos_tensor = at::tensor(positions, at::kLong);        // [T]
+  auto [cos, sin] = kernels::rope_cos_sin(pos_tensor, inv_freq_);  // [T, D] each
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+
+  at::Tensor hidden = at::embedding(weights_.embed_tokens, id_tensor);  // [T, hidden]
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+    at::Tensor x = kernels::rms_norm(hidden, w.attn_norm, c.rms_norm_eps);
+    at::Tensor q = at::linear(x, w.q_proj).view({total, c.num_heads, c.head_dim});
+    at::Tensor k = at::linear(x, w.k_proj).view({total, c.num_kv_heads, c.head_dim});
+    at::Tensor v = at::linear(x, w.v_proj).view({total, c.num_kv_heads, c.head_dim});
+    q = kernels::apply_rope(q, cos, sin);
+    k = kernels::apply_rope(k, cos, sin);
+
+    at::Tensor attn = at::empty({total, c.num_heads, c.head_dim}, q.options());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t begin = offsets[i], len = offsets[i + 1] - begin;
+      cache.append(batch[i].seq, l, k.narrow(0, begin, len), v.narrow(0, begin, len), pos_tensor.narrow(0, begin, len));
+      KvView kv = cache.view(batch[i].seq, l);
+      attn.narrow(0, begin, len)
+          .copy_(kernels::causal_attention(
+              {q.narrow(0, begin, len), kv.k, kv.v, pos_tensor.narrow(0, begin, len), kv.positions, scale}));
+    }
+    hidden = hidden + at::linear(attn.view({total, c.num_heads * c.head_dim}), w.o_proj);
+
+    x = kernels::rms_norm(hidden, w.mlp_norm, c.rms_norm_eps);
+    at::Tensor gated = at::silu(at::linear(x, w.gate_proj)) * at::linear(x, w.up_proj);
+    hidden = hidden + at::linear(gated, w.down_proj);
+  }
+  for (const SequenceInput& s : batch) cache.commit(s.seq);
+
+  if (!options.all_logits) {
+    std::vector<int64_t> last;
+    for (size_t i = 1; i < offsets.size(); ++i) last.push_back(offsets[i] - 1);
+    hidden = hidden.index_select(0, at::tensor(last, at::kLong));
+  }
+  hidden = kernels::rms_norm(hidden, weights_.final_norm, c.rms_norm_eps);
+  return at::linear(hidden, weights_.lm_head).to(at::kFloat);
+}
+
+}  // namespace lorakv::runtime

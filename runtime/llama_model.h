@@ -1,0 +1,59 @@
+// runtime/llama_model.h: the Llama-family forward pass (RMSNorm, RoPE, GQA attention,
+// SwiGLU MLP, tied or separate LM head) over a batch of sequences of different lengths.
+// Prefill and incremental decode are the same call: each sequence's new tokens continue
+// from the rows its KV cache already holds.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/ids.h"
+#include "runtime/kv_cache.h"
+#include "runtime/model_config.h"
+#include "runtime/model_weights.h"
+
+namespace lorakv::formats {
+class GgufFile;
+}
+
+namespace lorakv::runtime {
+
+// New tokens for one sequence in a step.
+struct SequenceInput {
+  SeqId seq;
+  std::vector<int32_t> tokens;  // appended after the sequence's cached rows
+};
+
+struct ForwardOptions {
+  bool all_logits = false;  // logits for every new token, not only each sequence's last
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(ModelConfig config, ModelWeights weights);
+
+  // Loads config and weights from a GGUF file (float32). Throws ModelLoadError.
+  static std::unique_ptr<LlamaModel> from_gguf(const formats::GgufFile& file);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+
+  // A cache sized for this model.
+  std::unique_ptr<KvCache> make_cache() const;
+
+  // Runs the new tokens of every sequence through the model, appending their K/V rows to
+  // `cache` and committing them. Returns float32 logits: [num_sequences, vocab] (each
+  // sequence's last new token), or [total_new_tokens, vocab] in input order when
+  // options.all_logits. Throws ConfigError for out-of-range token ids or an empty input.
+  at::Tensor forward(const std::vector<SequenceInput>& batch, KvCache& cache, ForwardOptions options = {}) const;
+
+ private:
+  ModelConfig config_;
+  ModelWeights weights_;
+  at::Tensor inv_freq_;  // float32 [head_dim / 2]
+};
+
+}  // namespace lorakv::runtime

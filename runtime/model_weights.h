@@ -1,0 +1,46 @@
+// runtime/model_weights.h: a Llama-family model's weights as ATen tensors in Hugging
+// Face's layout (Q/K rows un-permuted), dequantised from GGUF to the model dtype.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/model_config.h"
+
+namespace lorakv::formats {
+class GgufFile;
+}
+
+namespace lorakv::runtime {
+
+struct LayerWeights {
+  at::Tensor attn_norm;  // [hidden]
+  at::Tensor q_proj;     // [num_heads * head_dim, hidden]   (HF row order)
+  at::Tensor k_proj;     // [num_kv_heads * head_dim, hidden] (HF row order)
+  at::Tensor v_proj;     // [num_kv_heads * head_dim, hidden]
+  at::Tensor o_proj;     // [hidden, num_heads * head_dim]
+  at::Tensor mlp_norm;   // [hidden]
+  at::Tensor gate_proj;  // [intermediate, hidden]
+  at::Tensor up_proj;    // [intermediate, hidden]
+  at::Tensor down_proj;  // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  at::Tensor embed_tokens;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  at::Tensor final_norm;    // [hidden]
+  at::Tensor lm_head;       // [vocab, hidden]; the same storage as embed_tokens when tied
+  int64_t num_bytes = 0;    // bytes held by the tensors above (tied storage counted once)
+};
+
+// Inverse of llama.cpp's Q/K permutation: rows of each head go from interleaved pairs
+// (2j, 2j+1) back to halves (j, j + head_dim/2). w: [num_heads * head_dim, in].
+at::Tensor unpermute_qk_rows(const at::Tensor& w, int64_t num_heads);
+
+// Loads and checks every tensor against `config`. dtype: at::kFloat (bfloat16 in a
+// later issue). Throws ModelLoadError naming any missing or mis-shaped tensor.
+ModelWeights load_gguf_weights(const formats::GgufFile& file, const ModelConfig& config, at::ScalarType dtype);
+
+}  // namespace lorakv::runtime

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# tools/test.sh: sets everything up and runs every test (C++ unit tests, and parity
+# against transformers and llama.cpp's tokenizer, whose oracles CTest runs as fixtures).
+source "$(dirname "$0")/common.sh"
+
+phase "system packages" bash "$LORAKV_ROOT/tools/setup_system.sh"
+phase "python environment" bash "$LORAKV_ROOT/tools/setup_python.sh"
+phase "model" bash "$LORAKV_ROOT/tools/fetch_model.sh"
+phase "build" bash "$LORAKV_ROOT/tools/build.sh"
+phase "tests" ctest --test-dir "$LORAKV_BUILD_DIR" --output-on-failure -j 2 --timeout 1800
