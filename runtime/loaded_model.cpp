@@ -12,7 +12,7 @@ LoadedModel load_model(const std::string& path) {
   log::info("loading " + path);
   std::unique_ptr<formats::GgufFile> file = formats::GgufFile::open(path);
   LoadedModel loaded;
-  loaded.tokenizer = std::make_unique<formats::BpeTokenizer>(formats::vocab_from_gguf(*file));
+  loaded.tokenizer = std::make_unique<formats::BpeTokenizer>(formats::tokenizer_from_gguf(*file));
   loaded.model = LlamaModel::from_gguf(*file);
   const ModelConfig& c = loaded.model->config();
   log::info(c.architecture + " model '" + c.name + "': " + std::to_string(c.num_layers) + " layers, hidden " +

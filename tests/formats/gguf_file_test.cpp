@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "tests/support/test_settings.h"
 #include "common/errors.h"
 #include "formats/gguf_file.h"
 #include "tests/support/gguf_builder.h"
@@ -194,8 +195,8 @@ TEST(GgufFile, MissingFileNamesThePath) {
 
 // The real model's header, as documented in shared/reference/gguf-and-smollm2.md 3.9.
 TEST(GgufFile, RealSmolLM2Header) {
-  const char* model = std::getenv("LORAKV_MODEL");
-  ASSERT_NE(model, nullptr) << "set LORAKV_MODEL to the SmolLM2 GGUF (tools/fetch_model.sh)";
+  const std::string model = lorakv::testing::test_setting("LORAKV_MODEL");
+  ASSERT_FALSE(model.empty()) << "set LORAKV_MODEL to the SmolLM2 GGUF (tools/fetch_model.sh)";
   auto f = GgufFile::open(model);
   EXPECT_EQ(f->file_size(), 98362432u);
   EXPECT_EQ(f->get_string("general.architecture"), "llama");

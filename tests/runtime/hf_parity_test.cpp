@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "tests/support/test_settings.h"
 #include "formats/gguf_file.h"
 #include "runtime/generator.h"
 #include "runtime/llama_model.h"
@@ -33,8 +34,8 @@ struct OraclePrompt {
 };
 
 std::string require_env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') {
+  const std::string v = lorakv::testing::test_setting(name);
+  if (v.empty()) {
     ADD_FAILURE() << name << " is not set: run the tests through ctest (tools/test.sh)";
     return "";
   }
