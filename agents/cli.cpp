@@ -2,6 +2,7 @@
 #include "agents/cli.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 #include "agents/cli_args.h"
@@ -26,21 +27,42 @@ Run 'lorakv <command> --help' for the command's flags.
 
 const char* kGenerateHelp = R"(usage: lorakv generate --model FILE --prompt TEXT [flags]
 
-Greedy decoding on the model, streaming the generated text to stdout as it is produced.
-Statistics (tokens, speed) go to stderr.
+Generates text from a prompt, streaming it to stdout as it is produced. Greedy by default;
+--temperature > 0 samples (reproducibly for a given --seed). Statistics go to stderr.
 
 flags:
-  --model FILE        GGUF model file (required), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf
-  --prompt TEXT       the prompt (required); special tokens such as <|im_start|> are recognised
-  --chat              wrap the prompt in the model's chat format (ChatML for SmolLM2, from the
-                      file's tokenizer.chat_template) as a user turn, and stop at end of turn
-  --max-tokens N      the most tokens to generate (default 128, 1..100000)
-  --log-level LEVEL   trace, debug, info, warn, error or off (default info)
-  --help              this text
+  --model FILE              GGUF model file (required), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf
+  --prompt TEXT             the prompt (required); special tokens such as <|im_start|> are recognised
+  --chat                    wrap the prompt in the model's chat format (ChatML for SmolLM2, from the
+                            file's tokenizer.chat_template) as a user turn; stop at end of turn
+  --max-tokens N            the most tokens to generate (default 128, 1..100000)
+  --temperature T           0 is greedy (default); > 0 samples from softmax(logits / T)
+  --top-k K                 sample among the K most likely tokens (default 0: all)
+  --top-p P                 sample among the smallest set of tokens with probability >= P (default 1)
+  --repetition-penalty R    > 1 discourages repeating context tokens (default 1: off)
+  --seed S                  random seed for sampling (default 0)
+  --stop TEXT               stop when TEXT appears; not printed; repeatable
+  --logprobs                after the text, print each generated token with its log-probability
+  --dtype TYPE              float32 (default) or bfloat16 weights and compute
+  --log-level LEVEL         trace, debug, info, warn, error or off (default info)
+  --help                    this text
 )";
 
+runtime::SamplingOptions parse_sampling(const CliArgs& a) {
+  runtime::SamplingOptions s;
+  s.temperature = a.get_double("--temperature", 0.0, 0.0, 100.0);
+  s.top_k = a.get_int("--top-k", 0, 0, 1 << 30);
+  s.top_p = a.get_double("--top-p", 1.0, 1e-6, 1.0);
+  s.repetition_penalty = a.get_double("--repetition-penalty", 1.0, 1e-3, 100.0);
+  s.seed = static_cast<uint64_t>(a.get_int("--seed", 0, 0, INT64_MAX));
+  return s;
+}
+
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CliArgs a(args, {"--model", "--prompt", "--max-tokens", "--log-level"}, {"--chat", "--help"}, "generate");
+  CliArgs a(args,
+            {"--model", "--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty",
+             "--seed", "--stop", "--dtype", "--log-level"},
+            {"--chat", "--logprobs", "--help"}, "generate");
   if (a.has("--help")) {
     out << kGenerateHelp;
     return 0;
@@ -51,37 +73,45 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   if (auto level = a.get("--log-level")) log::set_level(log::parse_level(*level));
   const std::string model_path = a.require("--model");
   std::string prompt = a.require("--prompt");
-  const int64_t max_tokens = a.get_int("--max-tokens", 128, 1, 100000);
+  runtime::GenerationRequest request;
+  request.max_new_tokens = a.get_int("--max-tokens", 128, 1, 100000);
+  request.sampling = parse_sampling(a);
+  request.stop_strings = a.get_all("--stop");
+  request.logprobs = a.has("--logprobs");
+  const at::ScalarType dtype = runtime::parse_model_dtype(a.get("--dtype").value_or("float32"));
 
-  runtime::LoadedModel loaded = runtime::load_model(model_path);
+  runtime::LoadedModel loaded = runtime::load_model(model_path, dtype);
   const formats::BpeTokenizer& tok = *loaded.tokenizer;
-  runtime::GenerateOptions options;
-  options.max_new_tokens = max_tokens;
-  if (tok.eos_id() >= 0) options.stop_token_ids.push_back(tok.eos_id());
+  if (tok.eos_id() >= 0) request.stop_token_ids.push_back(tok.eos_id());
   if (a.has("--chat")) {
     formats::ChatTemplate chat = formats::ChatTemplate::from_jinja(tok.chat_template());
     prompt = chat.render({{"user", prompt}}, /*add_generation_prompt=*/true);
-    if (auto end = tok.token_id(chat.end_of_turn())) options.stop_token_ids.push_back(*end);
+    if (auto end = tok.token_id(chat.end_of_turn())) request.stop_token_ids.push_back(*end);
   }
-  const std::vector<int32_t> ids = tok.encode(prompt);
-  if (ids.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "nothing", ""});
+  request.prompt = tok.encode(prompt);
+  if (request.prompt.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "nothing", ""});
 
-  formats::StreamingDecoder decoder(tok, /*render_special=*/false);
-  const auto& stops = options.stop_token_ids;
   log::Stopwatch watch;
-  runtime::GenerateResult result = runtime::generate_greedy(
-      *loaded.model, {ids}, options, [&](size_t, int32_t token) {
-        if (std::find(stops.begin(), stops.end(), token) == stops.end()) {
-          out << decoder.feed(token) << std::flush;
-        }
+  std::vector<runtime::GenerationOutput> results =
+      runtime::generate(*loaded.model, &tok, {request}, [&](const runtime::StreamEvent& e) {
+        out << e.text << std::flush;
         return true;
       });
-  out << decoder.flush() << "\n";
+  out << "\n";
+  const runtime::GenerationOutput& result = results[0];
+  if (request.logprobs) {
+    for (size_t i = 0; i < result.tokens.size(); ++i) {
+      char line[64];
+      std::snprintf(line, sizeof line, "\t%d\t%.5f\n", result.tokens[i], result.logprobs[i]);
+      out << "logprob\t" << tok.token_text(result.tokens[i]) << line;
+    }
+  }
   const double seconds = watch.seconds();
-  const size_t generated = result.tokens[0].size();
-  char line[200];
-  std::snprintf(line, sizeof line, "[prompt %zu tokens, generated %zu tokens in %.2f s, %.1f tokens/s]", ids.size(),
-                generated, seconds, static_cast<double>(generated) / std::max(seconds, 1e-9));
+  const size_t generated = result.tokens.size();
+  char line[240];
+  std::snprintf(line, sizeof line, "[prompt %zu tokens, generated %zu tokens in %.2f s, %.1f tokens/s, finish: %s]",
+                request.prompt.size(), generated, seconds, static_cast<double>(generated) / std::max(seconds, 1e-9),
+                runtime::finish_reason_name(result.finish_reason));
   err << line << "\n";
   return 0;
 }

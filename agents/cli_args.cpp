@@ -1,6 +1,8 @@
 // agents/cli_args.cpp: flag parsing for the CLI.
 #include "agents/cli_args.h"
 
+#include <cmath>
+
 #include "common/errors.h"
 
 namespace lorakv::agents {
@@ -30,7 +32,7 @@ CliArgs::CliArgs(const std::vector<std::string>& args, const std::set<std::strin
         if (i + 1 >= args.size()) throw ConfigError("flag needs a value", {"", name, "a value", "nothing", hint});
         value = args[++i];
       }
-      values_[name] = value;
+      values_[name].push_back(value);
     } else {
       throw ConfigError("unknown flag", {"", name, "", "", hint});
     }
@@ -40,7 +42,12 @@ CliArgs::CliArgs(const std::vector<std::string>& args, const std::set<std::strin
 std::optional<std::string> CliArgs::get(const std::string& flag) const {
   auto it = values_.find(flag);
   if (it == values_.end()) return std::nullopt;
-  return it->second;
+  return it->second.back();
+}
+
+std::vector<std::string> CliArgs::get_all(const std::string& flag) const {
+  auto it = values_.find(flag);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
 std::string CliArgs::require(const std::string& flag) const {
@@ -64,6 +71,23 @@ int64_t CliArgs::get_int(const std::string& flag, int64_t fallback, int64_t min,
     throw ConfigError("invalid value", {"", flag, range, "'" + *v + "'", ""});
   }
   return n;
+}
+
+double CliArgs::get_double(const std::string& flag, double fallback, double min, double max) const {
+  auto v = get(flag);
+  if (!v) return fallback;
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(*v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v->size() || !std::isfinite(x) || x < min || x > max) {
+    throw ConfigError("invalid value", {"", flag, "a number in [" + std::to_string(min) + ", " + std::to_string(max) + "]",
+                                        "'" + *v + "'", ""});
+  }
+  return x;
 }
 
 }  // namespace lorakv::agents

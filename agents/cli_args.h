@@ -17,15 +17,18 @@ class CliArgs {
           const std::set<std::string>& bool_flags, const std::string& command);
 
   bool has(const std::string& flag) const { return bools_.count(flag) > 0 || values_.count(flag) > 0; }
-  std::optional<std::string> get(const std::string& flag) const;
+  std::optional<std::string> get(const std::string& flag) const;  // the last value given
+  std::vector<std::string> get_all(const std::string& flag) const;  // every value, in order
   std::string require(const std::string& flag) const;
   // An integer flag within [min, max], or `fallback` when absent.
   int64_t get_int(const std::string& flag, int64_t fallback, int64_t min, int64_t max) const;
+  // A finite number within [min, max], or `fallback` when absent.
+  double get_double(const std::string& flag, double fallback, double min, double max) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
   std::string command_;
-  std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> values_;
   std::set<std::string> bools_;
   std::vector<std::string> positional_;
 };

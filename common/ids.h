@@ -23,6 +23,8 @@ class StrongId {
 };
 
 using SeqId = StrongId<struct SeqIdTag>;
+// A block of a cache pool (cache/): unique within its pool, not across pools.
+using BlockId = StrongId<struct BlockIdTag>;
 
 }  // namespace lorakv
 

@@ -24,7 +24,8 @@ at::Tensor causal_attention(const AttentionInput& in) {
   at::Tensor allowed = in.k_positions.unsqueeze(0) <= in.q_positions.unsqueeze(1);  // [Tq, Tk]
   scores = scores.view({num_kv_heads, group, tq, tk})
                .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-  at::Tensor probs = at::softmax(scores, -1).view({num_kv_heads, group * tq, tk});
+  // Softmax in float32 whatever the input dtype, as transformers does.
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(in.v.scalar_type()).view({num_kv_heads, group * tq, tk});
   at::Tensor out = at::matmul(probs, in.v);  // [Hkv, G*Tq, D]
   return out.view({num_kv_heads, group, tq, head_dim}).permute({2, 0, 1, 3}).reshape({tq, num_heads, head_dim});
 }

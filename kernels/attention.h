@@ -9,7 +9,8 @@
 namespace lorakv::kernels {
 
 struct AttentionInput {
-  at::Tensor q;            // float [Tq, num_heads, head_dim], RoPE applied
+  // float32 or bfloat16 (all three alike); softmax runs in float32.
+  at::Tensor q;            // [Tq, num_heads, head_dim], RoPE applied
   at::Tensor k;            // float [num_kv_heads, Tk, head_dim], RoPE applied (may be a strided view)
   at::Tensor v;            // float [num_kv_heads, Tk, head_dim]
   at::Tensor q_positions;  // int64 [Tq]

@@ -1,33 +1,61 @@
-// runtime/generator.h: greedy decoding over LlamaModel for a batch of prompts, streaming
-// each new token through a callback as soon as it is chosen.
+// runtime/generator.h: decoding over LlamaModel for a batch of requests: greedy or seeded
+// sampling, stop tokens and stop strings, optional log-probabilities, and streaming of
+// printable text through a callback as soon as it is safe to show.
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/llama_model.h"
+#include "runtime/sampler.h"
+
+namespace lorakv::formats {
+class BpeTokenizer;
+}
 
 namespace lorakv::runtime {
 
-struct GenerateOptions {
+struct GenerationRequest {
+  std::vector<int32_t> prompt;             // token ids, not empty
+  SamplingOptions sampling;                // default: greedy
   int64_t max_new_tokens = 128;
-  std::vector<int32_t> stop_token_ids;  // generation of a sequence ends after emitting one
-  bool use_cache = true;  // false: recompute the whole sequence every step (a reference mode)
+  std::vector<int32_t> stop_token_ids;     // ends the sequence; the token is not shown as text
+  std::vector<std::string> stop_strings;   // ends the sequence; the string is not shown
+  bool logprobs = false;                   // record each generated token's log-probability
 };
 
-// Called once per generated token: (prompt index, token id). Return false to stop that
-// sequence early.
-using TokenCallback = std::function<bool(size_t, int32_t)>;
+enum class FinishReason { kLength, kStopToken, kStopString, kCallback };
+const char* finish_reason_name(FinishReason reason);
 
-struct GenerateResult {
-  std::vector<std::vector<int32_t>> tokens;  // generated ids per prompt (stop token included)
-  int64_t prefill_tokens = 0;
-  int64_t decode_steps = 0;
+// One streamed step of one request.
+struct StreamEvent {
+  size_t request = 0;
+  int32_t token = 0;
+  std::string text;      // newly printable text (may be empty: held back or a stop token)
+  double logprob = 0;    // filled when the request asked for logprobs
+  bool finished = false;
+};
+// Return false to stop that request (FinishReason::kCallback).
+using StreamCallback = std::function<bool(const StreamEvent&)>;
+
+struct GenerationOutput {
+  std::vector<int32_t> tokens;   // generated ids (a final stop token included)
+  std::vector<double> logprobs;  // one per token when requested
+  std::string text;              // everything streamed, stop strings and stop tokens excluded
+  FinishReason finish_reason = FinishReason::kLength;
 };
 
-// Greedy (argmax) decoding. Prompts may differ in length; they are prefilled together and
-// decoded as one batch until each hits a stop token or max_new_tokens.
-GenerateResult generate_greedy(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                               const GenerateOptions& options, const TokenCallback& on_token = nullptr);
+struct GeneratorOptions {
+  // false: recompute every sequence from scratch each step (a reference mode for tests).
+  bool use_cache = true;
+};
+
+// Runs all requests as one batch until each finishes. `tokenizer` may be null when no
+// request has stop strings and nobody needs text (tokens are still produced). Throws
+// ConfigError for empty prompts or invalid sampling options.
+std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::BpeTokenizer* tokenizer,
+                                       const std::vector<GenerationRequest>& requests,
+                                       const StreamCallback& on_event = nullptr, GeneratorOptions options = {});
 
 }  // namespace lorakv::runtime

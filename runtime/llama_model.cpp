@@ -15,14 +15,17 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
       weights_(std::move(weights)),
       inv_freq_(kernels::rope_inv_freq(config_.head_dim, config_.rope_theta)) {}
 
-std::unique_ptr<LlamaModel> LlamaModel::from_gguf(const formats::GgufFile& file) {
+std::unique_ptr<LlamaModel> LlamaModel::from_gguf(const formats::GgufFile& file, at::ScalarType dtype) {
+  if (dtype != at::kFloat && dtype != at::kBFloat16) {
+    throw ConfigError("unsupported model dtype", {"", "dtype", "float32 or bfloat16", c10::toString(dtype), ""});
+  }
   ModelConfig config = read_model_config(file);
-  ModelWeights weights = load_gguf_weights(file, config, at::kFloat);
+  ModelWeights weights = load_gguf_weights(file, config, dtype);
   return std::make_unique<LlamaModel>(std::move(config), std::move(weights));
 }
 
 std::unique_ptr<KvCache> LlamaModel::make_cache() const {
-  return std::make_unique<ContiguousKvCache>(config_.num_layers, config_.num_kv_heads, config_.head_dim);
+  return std::make_unique<ContiguousKvCache>(config_.num_layers, config_.num_kv_heads, config_.head_dim, dtype());
 }
 
 at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache& cache,

@@ -35,8 +35,11 @@ class LlamaModel {
  public:
   LlamaModel(ModelConfig config, ModelWeights weights);
 
-  // Loads config and weights from a GGUF file (float32). Throws ModelLoadError.
-  static std::unique_ptr<LlamaModel> from_gguf(const formats::GgufFile& file);
+  // Loads config and weights from a GGUF file; dtype at::kFloat or at::kBFloat16.
+  // Throws ModelLoadError.
+  static std::unique_ptr<LlamaModel> from_gguf(const formats::GgufFile& file, at::ScalarType dtype = at::kFloat);
+
+  at::ScalarType dtype() const { return weights_.final_norm.scalar_type(); }
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }

@@ -15,7 +15,11 @@ struct LoadedModel {
   std::unique_ptr<LlamaModel> model;
 };
 
-// Loads a GGUF model file with its tokenizer. Throws ModelLoadError / TokenizerError.
-LoadedModel load_model(const std::string& path);
+// "float32" / "bfloat16" (also "f32", "bf16"); throws ConfigError listing the choices.
+at::ScalarType parse_model_dtype(const std::string& name);
+
+// Loads a GGUF model file with its tokenizer, weights in `dtype`. Throws ModelLoadError /
+// TokenizerError.
+LoadedModel load_model(const std::string& path, at::ScalarType dtype = at::kFloat);
 
 }  // namespace lorakv::runtime

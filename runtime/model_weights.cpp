@@ -16,8 +16,10 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// Dequantises one tensor to float32 in PyTorch shape, checking it against `shape`.
-at::Tensor load_tensor(const formats::GgufFile& file, const std::string& name, const std::vector<int64_t>& shape) {
+// Dequantises one tensor in PyTorch shape, checking it against `shape`, then casts it to
+// the model dtype.
+at::Tensor load_tensor(const formats::GgufFile& file, const std::string& name, const std::vector<int64_t>& shape,
+                       at::ScalarType dtype) {
   const formats::GgufTensorInfo& info = file.tensor(name);
   if (info.torch_shape() != shape) {
     throw ModelLoadError("tensor shape disagrees with the model's metadata",
@@ -35,7 +37,7 @@ at::Tensor load_tensor(const formats::GgufFile& file, const std::string& name, c
       formats::dequantize_to_f32(info.type(), info.data + r * row_bytes, dst + r * row, row);
     }
   });
-  return out;
+  return dtype == at::kFloat ? out : out.to(dtype);
 }
 
 }  // namespace
@@ -52,7 +54,6 @@ at::Tensor unpermute_qk_rows(const at::Tensor& w, int64_t num_heads) {
 }
 
 ModelWeights load_gguf_weights(const formats::GgufFile& file, const ModelConfig& c, at::ScalarType dtype) {
-  LORAKV_ASSERT(dtype == at::kFloat, "only float32 model weights are implemented");
   const int64_t h = c.hidden_dim;
   const int64_t q_dim = c.num_heads * c.head_dim;
   const int64_t kv_dim = c.num_kv_heads * c.head_dim;
@@ -60,26 +61,26 @@ ModelWeights load_gguf_weights(const formats::GgufFile& file, const ModelConfig&
   log::Stopwatch watch;
 
   ModelWeights w;
-  w.embed_tokens = load_tensor(file, "token_embd.weight", {c.vocab_size, h});
-  w.final_norm = load_tensor(file, "output_norm.weight", {h});
-  w.lm_head = c.tied_embeddings ? w.embed_tokens : load_tensor(file, "output.weight", {c.vocab_size, h});
+  w.embed_tokens = load_tensor(file, "token_embd.weight", {c.vocab_size, h}, dtype);
+  w.final_norm = load_tensor(file, "output_norm.weight", {h}, dtype);
+  w.lm_head = c.tied_embeddings ? w.embed_tokens : load_tensor(file, "output.weight", {c.vocab_size, h}, dtype);
   w.layers.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights lw;
-    lw.attn_norm = load_tensor(file, p + "attn_norm.weight", {h});
-    lw.q_proj = load_tensor(file, p + "attn_q.weight", {q_dim, h});
-    lw.k_proj = load_tensor(file, p + "attn_k.weight", {kv_dim, h});
+    lw.attn_norm = load_tensor(file, p + "attn_norm.weight", {h}, dtype);
+    lw.q_proj = load_tensor(file, p + "attn_q.weight", {q_dim, h}, dtype);
+    lw.k_proj = load_tensor(file, p + "attn_k.weight", {kv_dim, h}, dtype);
     if (unpermute) {
       lw.q_proj = unpermute_qk_rows(lw.q_proj, c.num_heads);
       lw.k_proj = unpermute_qk_rows(lw.k_proj, c.num_kv_heads);
     }
-    lw.v_proj = load_tensor(file, p + "attn_v.weight", {kv_dim, h});
-    lw.o_proj = load_tensor(file, p + "attn_output.weight", {h, q_dim});
-    lw.mlp_norm = load_tensor(file, p + "ffn_norm.weight", {h});
-    lw.gate_proj = load_tensor(file, p + "ffn_gate.weight", {c.intermediate_dim, h});
-    lw.up_proj = load_tensor(file, p + "ffn_up.weight", {c.intermediate_dim, h});
-    lw.down_proj = load_tensor(file, p + "ffn_down.weight", {h, c.intermediate_dim});
+    lw.v_proj = load_tensor(file, p + "attn_v.weight", {kv_dim, h}, dtype);
+    lw.o_proj = load_tensor(file, p + "attn_output.weight", {h, q_dim}, dtype);
+    lw.mlp_norm = load_tensor(file, p + "ffn_norm.weight", {h}, dtype);
+    lw.gate_proj = load_tensor(file, p + "ffn_gate.weight", {c.intermediate_dim, h}, dtype);
+    lw.up_proj = load_tensor(file, p + "ffn_up.weight", {c.intermediate_dim, h}, dtype);
+    lw.down_proj = load_tensor(file, p + "ffn_down.weight", {h, c.intermediate_dim}, dtype);
     for (const at::Tensor* t : {&lw.attn_norm, &lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.mlp_norm,
                                 &lw.gate_proj, &lw.up_proj, &lw.down_proj}) {
       w.num_bytes += static_cast<int64_t>(t->nbytes());
@@ -92,7 +93,7 @@ ModelWeights load_gguf_weights(const formats::GgufFile& file, const ModelConfig&
   w.num_bytes += static_cast<int64_t>(w.embed_tokens.nbytes() + w.final_norm.nbytes());
   if (!c.tied_embeddings) w.num_bytes += static_cast<int64_t>(w.lm_head.nbytes());
   log::info("loaded " + std::to_string(c.num_layers) + " layers, " + std::to_string(w.num_bytes >> 20) +
-            " MiB of float32 weights in " + std::to_string(watch.seconds()).substr(0, 4) + " s");
+            " MiB of " + std::string(c10::toString(dtype)) + " weights in " + std::to_string(watch.seconds()).substr(0, 4) + " s");
   return w;
 }
 

@@ -15,6 +15,7 @@ class GgufFile;
 
 namespace lorakv::runtime {
 
+// Every tensor is in the model dtype (float32 or bfloat16).
 struct LayerWeights {
   at::Tensor attn_norm;  // [hidden]
   at::Tensor q_proj;     // [num_heads * head_dim, hidden]   (HF row order)
@@ -39,8 +40,9 @@ struct ModelWeights {
 // (2j, 2j+1) back to halves (j, j + head_dim/2). w: [num_heads * head_dim, in].
 at::Tensor unpermute_qk_rows(const at::Tensor& w, int64_t num_heads);
 
-// Loads and checks every tensor against `config`. dtype: at::kFloat (bfloat16 in a
-// later issue). Throws ModelLoadError naming any missing or mis-shaped tensor.
+// Loads and checks every tensor against `config`, dequantised to float32 and then cast to
+// `dtype` (at::kFloat or at::kBFloat16). Throws ModelLoadError naming any missing or
+// mis-shaped tensor.
 ModelWeights load_gguf_weights(const formats::GgufFile& file, const ModelConfig& config, at::ScalarType dtype);
 
 }  // namespace lorakv::runtime

@@ -177,14 +177,16 @@ TEST_F(HfParity, GreedyDecodeWithoutCache) {
 TEST_F(HfParity, BatchedGreedyGeneratorMatchesEachPromptAlone) {
   // The generator decodes all three prompts as one batch; each must produce the
   // reference's tokens (any near-tie divergence would have shown in the tests above).
-  GenerateOptions options;
-  options.max_new_tokens = 16;
-  std::vector<std::vector<int32_t>> inputs;
-  for (const OraclePrompt& p : prompts_) inputs.push_back(p.ids);
-  GenerateResult result = generate_greedy(*model_, inputs, options);
+  std::vector<GenerationRequest> requests(prompts_.size());
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    requests[i].prompt = prompts_[i].ids;
+    requests[i].max_new_tokens = 16;
+  }
+  std::vector<GenerationOutput> result = generate(*model_, nullptr, requests);
   for (size_t i = 0; i < prompts_.size(); ++i) {
     const std::vector<int32_t> expected(prompts_[i].greedy_ids.begin(), prompts_[i].greedy_ids.begin() + 16);
-    EXPECT_EQ(result.tokens[i], expected) << prompts_[i].name;
+    EXPECT_EQ(result[i].tokens, expected) << prompts_[i].name;
+    EXPECT_EQ(result[i].finish_reason, FinishReason::kLength);
   }
 }
 

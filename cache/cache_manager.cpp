@@ -1,0 +1,251 @@
+// cache/cache_manager.cpp: pools, sequences, appends (with copy-on-write), release, slots.
+// Prefix sharing, forks and compaction live in cache_manager_sharing.cpp.
+#include "cache/cache_manager.h"
+
+#include <algorithm>
+
+#include "common/errors.h"
+
+namespace lorakv::cache {
+
+CacheManager::CacheManager(CacheConfig config) : config_(std::move(config)) {
+  config_.layout.check();
+  LORAKV_ASSERT(config_.dtype != StorageDtype::kInt8, "int8 storage needs per-row scales (eviction issue)");
+  allocators_.emplace_back(config_.num_base_blocks);
+  for (size_t i = 0; i < config_.residual_pools.size(); ++i) {
+    const ResidualPoolSpec& p = config_.residual_pools[i];
+    LORAKV_ASSERT(p.rank > 0, "residual pool rank must be positive");
+    for (size_t j = 0; j < i; ++j) LORAKV_ASSERT(config_.residual_pools[j].rank != p.rank, "two pools of rank " << p.rank);
+    allocators_.emplace_back(p.num_blocks);
+  }
+  tag_for(AdapterIdentity::base_model());
+}
+
+int32_t CacheManager::pool_for_rank(int64_t rank) const {
+  for (size_t i = 0; i < config_.residual_pools.size(); ++i) {
+    if (config_.residual_pools[i].rank == rank) return static_cast<int32_t>(i + 1);
+  }
+  return -1;
+}
+
+uint32_t CacheManager::tag_for(AdapterIdentity owner) {
+  auto it = owner_tag_.find(owner);
+  if (it != owner_tag_.end()) return it->second;
+  const auto tag = static_cast<uint32_t>(tag_owner_.size());
+  tag_owner_.push_back(owner);
+  owner_tag_.emplace(owner, tag);
+  return tag;
+}
+
+AdapterIdentity CacheManager::owner_of(int32_t pool, BlockId block) const {
+  return tag_owner_[allocator(pool).tag(block)];
+}
+
+const SequenceState& CacheManager::sequence(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  LORAKV_ASSERT(it != seqs_.end(), "unknown sequence " << seq.value());
+  return it->second;
+}
+
+SequenceState& CacheManager::state(SeqId seq) {
+  auto it = seqs_.find(seq);
+  LORAKV_ASSERT(it != seqs_.end(), "unknown sequence " << seq.value());
+  return it->second;
+}
+
+std::vector<SeqId> CacheManager::sequences() const {
+  std::vector<SeqId> out;
+  for (const auto& [id, s] : seqs_) out.push_back(id);
+  return out;
+}
+
+int64_t CacheManager::residual_index(const SequenceState& s, const ContentKey& key) const {
+  for (size_t i = 0; i < s.residuals.size(); ++i) {
+    if (s.residuals[i].key == key) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+const ResidualStream& CacheManager::residual(SeqId seq, const ContentKey& stream) const {
+  const SequenceState& s = sequence(seq);
+  const int64_t r = residual_index(s, stream);
+  LORAKV_ASSERT(r >= 0, "sequence " << seq.value() << " has no such residual stream");
+  return s.residuals[static_cast<size_t>(r)];
+}
+
+// Blocks an append of `add` rows to `table` takes from `pool`: new blocks past the last, and
+// one copy when the partly filled last block is shared.
+int64_t CacheManager::append_need(int32_t pool, const BlockTable& table, int64_t add) const {
+  if (add == 0) return 0;
+  const int64_t bs = layout().block_size;
+  int64_t need = layout().blocks_for(table.num_rows + add) - static_cast<int64_t>(table.blocks.size());
+  if (table.num_rows % bs != 0 && allocator(pool).refcount(table.blocks.back()) > 1) ++need;
+  return need;
+}
+
+// Rows of `lane` a residual append of num_tokens positions fills: the lane's base rows from
+// the residual fill on, up to the first with position >= covered + num_tokens.
+std::vector<int64_t> CacheManager::residual_rows_to_add(const SequenceState& s, const ResidualStream& r,
+                                                        int64_t lane, int64_t num_tokens) const {
+  const BaseLane& base = s.lanes[static_cast<size_t>(lane)];
+  const int64_t fill = r.lanes[static_cast<size_t>(lane)].num_rows;
+  const auto end = std::lower_bound(base.positions.begin(), base.positions.end(), r.covered + num_tokens);
+  std::vector<int64_t> offsets;
+  for (auto it = base.positions.begin() + fill; it != end; ++it) offsets.push_back(*it - r.covered);
+  return offsets;
+}
+
+Capacity CacheManager::can_append(SeqId seq, const AppendRequest& request) const {
+  const SequenceState& s = sequence(seq);
+  Capacity cap;
+  cap.blocks_needed.assign(static_cast<size_t>(num_pools()), 0);
+  for (int32_t p = 0; p < num_pools(); ++p) cap.blocks_free.push_back(allocator(p).num_free());
+  const auto t = static_cast<int64_t>(request.tokens.size());
+  const auto new_length = static_cast<int64_t>(s.tokens.size()) + t;
+  for (const BaseLane& lane : s.lanes) cap.blocks_needed[0] += append_need(0, lane.table, t);
+  for (size_t i = 0; i < request.residuals.size(); ++i) {
+    const ResidualAppend& ra = request.residuals[i];
+    const int64_t ri = residual_index(s, ra.stream);
+    LORAKV_ASSERT(ri >= 0, "append to a residual stream the sequence does not have");
+    for (size_t j = 0; j < i; ++j) LORAKV_ASSERT(request.residuals[j].stream != ra.stream, "residual stream twice in one append");
+    const ResidualStream& r = s.residuals[static_cast<size_t>(ri)];
+    LORAKV_ASSERT(ra.num_tokens >= 0 && r.covered + ra.num_tokens <= new_length,
+                  "residual rows past the sequence's tokens (" << r.covered << " + " << ra.num_tokens << " > "
+                                                               << new_length << ")");
+    for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
+      if (pool < 0) continue;
+      // Positions added to the base lane by this same request count too.
+      int64_t add = static_cast<int64_t>(residual_rows_to_add(s, r, lane, ra.num_tokens).size());
+      if (r.covered + ra.num_tokens > static_cast<int64_t>(s.tokens.size())) {
+        add += r.covered + ra.num_tokens - std::max<int64_t>(r.covered, static_cast<int64_t>(s.tokens.size()));
+      }
+      cap.blocks_needed[static_cast<size_t>(pool)] += append_need(pool, r.lanes[static_cast<size_t>(lane)], add);
+    }
+  }
+  for (int32_t p = 0; p < num_pools(); ++p) cap.ok = cap.ok && cap.blocks_needed[p] <= cap.blocks_free[p];
+  return cap;
+}
+
+LaneSlots CacheManager::append_rows(int32_t pool, BlockTable& table, int64_t add, uint32_t tag, StorageOps& ops) {
+  LaneSlots out;
+  if (add == 0) return out;
+  out.pool = pool;
+  const int64_t bs = layout().block_size;
+  BlockAllocator& alloc = allocators_[static_cast<size_t>(pool)];
+  if (table.num_rows % bs != 0 && alloc.refcount(table.blocks.back()) > 1) {
+    const std::optional<std::vector<BlockId>> copy_block = alloc.allocate(1, tag);  // counted by can_append
+    LORAKV_ASSERT(copy_block.has_value(), "copy-on-write ran out of blocks after can_append said yes");
+    const BlockId copy = copy_block->front();
+    ops.copies.push_back({pool, table.blocks.back(), copy});
+    alloc.release(table.blocks.back());
+    table.blocks.back() = copy;
+  }
+  const int64_t more = layout().blocks_for(table.num_rows + add) - static_cast<int64_t>(table.blocks.size());
+  const std::optional<std::vector<BlockId>> fresh = alloc.allocate(more, tag);
+  LORAKV_ASSERT(fresh.has_value(), "append ran out of blocks after can_append said yes");
+  table.blocks.insert(table.blocks.end(), fresh->begin(), fresh->end());
+  for (int64_t i = 0; i < add; ++i) {
+    const int64_t row = table.num_rows + i;
+    out.slots.push_back(table.blocks[static_cast<size_t>(row / bs)].value() * bs + row % bs);
+  }
+  table.num_rows += add;
+  return out;
+}
+
+std::optional<AppendSlots> CacheManager::append(SeqId seq, const AppendRequest& request) {
+  if (!can_append(seq, request).ok) return std::nullopt;
+  SequenceState& s = state(seq);
+  AppendSlots out;
+  const auto t = static_cast<int64_t>(request.tokens.size());
+  out.first_position = static_cast<int64_t>(s.tokens.size());
+  const uint32_t base_tag = tag_for(s.base_key.adapter);
+  for (BaseLane& lane : s.lanes) {
+    LaneSlots slots = append_rows(0, lane.table, t, base_tag, out.ops);
+    for (int64_t i = 0; i < t; ++i) {
+      slots.token_offsets.push_back(i);
+      lane.positions.push_back(static_cast<int32_t>(out.first_position + i));
+    }
+    out.base.push_back(std::move(slots));
+  }
+  s.tokens.insert(s.tokens.end(), request.tokens.begin(), request.tokens.end());
+  s.writers.insert(s.writers.end(), request.tokens.size(), request.writer);
+  for (const ResidualAppend& ra : request.residuals) {
+    ResidualStream& r = s.residuals[static_cast<size_t>(residual_index(s, ra.stream))];
+    const uint32_t tag = tag_for(r.key.adapter);
+    std::vector<LaneSlots> lanes;
+    for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
+      if (pool < 0) {
+        lanes.emplace_back();
+        continue;
+      }
+      std::vector<int64_t> offsets = residual_rows_to_add(s, r, lane, ra.num_tokens);
+      LaneSlots slots = append_rows(pool, r.lanes[static_cast<size_t>(lane)],
+                                    static_cast<int64_t>(offsets.size()), tag, out.ops);
+      slots.token_offsets = std::move(offsets);
+      lanes.push_back(std::move(slots));
+    }
+    r.covered += ra.num_tokens;
+    r.writers.insert(r.writers.end(), static_cast<size_t>(ra.num_tokens), request.writer);
+    out.residual.push_back(std::move(lanes));
+  }
+  register_full_blocks(s);
+  return out;
+}
+
+void CacheManager::release_block(int32_t pool, BlockId block) {
+  if (allocators_[static_cast<size_t>(pool)].release(block)) index_.erase_block({pool, block});
+}
+
+void CacheManager::release(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  for (const BaseLane& lane : it->second.lanes) {
+    for (BlockId b : lane.table.blocks) release_block(0, b);
+  }
+  for (const ResidualStream& r : it->second.residuals) {
+    for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
+      for (BlockId b : r.lanes[static_cast<size_t>(lane)].blocks) release_block(pool, b);
+    }
+  }
+  seqs_.erase(it);
+}
+
+static std::vector<int64_t> table_slots(const BlockTable& table, int64_t bs) {
+  std::vector<int64_t> slots(static_cast<size_t>(table.num_rows));
+  for (int64_t row = 0; row < table.num_rows; ++row) {
+    slots[static_cast<size_t>(row)] = table.blocks[static_cast<size_t>(row / bs)].value() * bs + row % bs;
+  }
+  return slots;
+}
+
+std::vector<int64_t> CacheManager::base_slots(SeqId seq, int64_t lane) const {
+  return table_slots(sequence(seq).lanes.at(static_cast<size_t>(lane)).table, layout().block_size);
+}
+
+std::vector<int64_t> CacheManager::residual_slots(SeqId seq, const ContentKey& stream, int64_t lane) const {
+  return table_slots(residual(seq, stream).lanes.at(static_cast<size_t>(lane)), layout().block_size);
+}
+
+int64_t CacheManager::host_metadata_bytes() const {
+  int64_t bytes = index_.host_bytes();
+  for (const BlockAllocator& a : allocators_) bytes += a.num_blocks() * static_cast<int64_t>(sizeof(int32_t) * 3 + sizeof(BlockId));
+  for (const auto& [id, s] : seqs_) {
+    bytes += static_cast<int64_t>(sizeof(s) + s.tokens.capacity() * sizeof(int32_t) +
+                                  s.writers.capacity() * sizeof(AdapterIdentity) +
+                                  s.base_chain.capacity() * sizeof(EntryId));
+    for (const BaseLane& lane : s.lanes) {
+      bytes += static_cast<int64_t>(sizeof(lane) + lane.table.blocks.capacity() * sizeof(BlockId) +
+                                    lane.positions.capacity() * sizeof(int32_t));
+    }
+    for (const ResidualStream& r : s.residuals) {
+      bytes += static_cast<int64_t>(sizeof(r) + r.writers.capacity() * sizeof(AdapterIdentity));
+      for (const BlockTable& t : r.lanes) bytes += static_cast<int64_t>(sizeof(t) + t.blocks.capacity() * sizeof(BlockId));
+    }
+  }
+  return bytes;
+}
+
+}  // namespace lorakv::cache

@@ -1,0 +1,213 @@
+// cache/cache_manager.h: the tensor-free bookkeeping of the paged cache: sequences, their
+// per-lane block tables and row positions, residual streams aligned with base rows, one
+// BlockAllocator per pool, the PrefixIndex, copy-on-write, and compaction. It never touches
+// a tensor: mutations return the slots to write and the StorageOps (block copies, row moves)
+// that PagedKvCache applies to its BlockPools. Tests drive it alone, in microseconds.
+//
+// Structure (see cache_types.h for stream / lane / slot):
+//   pool 0            base rows: K and V of heads_per_group KV heads, plus each row's position
+//   pool 1..          residual rows of one rank r (one pool per distinct rank), r values per
+//                     row; a residual stream with a per-layer rank_pattern uses several pools
+//   SequenceState     token ids and per-token writers of positions 0..n-1; per lane a base
+//                     BlockTable and the positions of its rows (sorted, since appends grow and
+//                     compaction is stable); residual streams.
+//   ResidualStream    one adapted module (v or k) of one agent or shared-A group. It covers
+//                     positions [0, covered); per lane its rows are parallel to the lane's base
+//                     rows: residual row i belongs to base row i, for i < its fill, and its fill
+//                     is the number of the lane's base rows with position < covered. So a KV
+//                     head with its own token set has its own residual rows (r per token per
+//                     head), compaction applies one plan to both, and alignment is structural.
+//
+// Sharing: whole full blocks are registered in the PrefixIndex while a sequence has never
+// been compacted (rows written after a compaction were computed over fewer tokens, so their
+// content is not a function of the token prefix). A block with reference count > 1 is
+// copied before any write into it (append into a shared partial block, compaction).
+//
+// Contract: query before mutate. can_append / can_compact / match_prefix never change state;
+// append / compact / create / fork / attach_residual / release do, and apply completely or
+// (on a capacity shortfall, returned as std::nullopt) not at all. Not thread-safe: owned by
+// one engine step at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/block_allocator.h"
+#include "cache/compaction.h"
+#include "cache/prefix_index.h"
+
+namespace lorakv::cache {
+
+struct ResidualPoolSpec {
+  int64_t rank = 0;
+  int64_t num_blocks = 0;
+};
+
+struct CacheConfig {
+  CacheLayout layout;
+  StorageDtype dtype = StorageDtype::kFloat32;  // of every pool
+  int64_t num_base_blocks = 0;
+  std::vector<ResidualPoolSpec> residual_pools;  // one per distinct rank
+};
+
+struct BlockTable {
+  std::vector<BlockId> blocks;  // blocks.size() == ceil(num_rows / block_size)
+  int64_t num_rows = 0;
+};
+
+struct BaseLane {
+  BlockTable table;
+  std::vector<int32_t> positions;  // per row, ascending; mirrors BlockPool's position rows
+};
+
+struct ResidualStream {
+  ContentKey key;
+  std::vector<int64_t> ranks;           // per layer; 0 = module not adapted at that layer
+  std::vector<int32_t> pools;           // per layer; -1 where the rank is 0
+  std::vector<BlockTable> lanes;        // per lane, parallel to the base lanes
+  int64_t covered = 0;                  // positions [0, covered) have residual rows (where kept)
+  std::vector<AdapterIdentity> writers; // per covered position
+  std::vector<EntryId> chain;           // its indexed blocks, one entry per token block
+};
+
+struct SequenceState {
+  ContentKey base_key;
+  std::vector<int32_t> tokens;           // token id of each position 0..n-1
+  std::vector<AdapterIdentity> writers;  // whose hidden states filled each position's base rows
+  std::vector<BaseLane> lanes;           // layout.num_lanes(), layer-major
+  std::vector<ResidualStream> residuals;
+  std::vector<EntryId> base_chain;       // indexed base entries for blocks 0..size-1
+  bool indexable = true;                 // false once compacted
+};
+
+// Rows to keep per lane (layer-major, layout.num_lanes() of them), strictly ascending row
+// indices. An empty lane keeps nothing.
+using KeepSets = std::vector<std::vector<int64_t>>;
+
+struct ResidualAppend {
+  ContentKey stream;   // an attached residual stream of the sequence
+  int64_t num_tokens;  // extends its coverage by this many positions
+};
+
+// One engine step's rows for one sequence: new tokens (base rows at the next positions, in
+// every lane) and residual rows extending residual streams (each stream at most once), all
+// written by `writer`. Base rows are added first, so residual rows may cover them.
+struct AppendRequest {
+  std::vector<int32_t> tokens;
+  AdapterIdentity writer;
+  std::vector<ResidualAppend> residuals;
+};
+
+struct Capacity {
+  bool ok = true;
+  std::vector<int64_t> blocks_needed;  // per pool
+  std::vector<int64_t> blocks_free;    // per pool
+};
+
+struct BlockCopy {
+  int32_t pool;
+  BlockId src, dst;
+};
+struct SlotMove {
+  int32_t pool;
+  int64_t src_slot, dst_slot;
+};
+// What storage must do, in order: every copy, then every move (read all sources first).
+struct StorageOps {
+  std::vector<BlockCopy> copies;
+  std::vector<SlotMove> moves;
+};
+
+// Where one lane's new rows go: row j is token_offsets[j] of the request, stored at slots[j].
+struct LaneSlots {
+  int32_t pool = -1;  // the pool the slots are in; -1 when the lane gets no rows
+  std::vector<int64_t> slots;
+  std::vector<int64_t> token_offsets;
+};
+
+struct AppendSlots {
+  StorageOps ops;                                // copy-on-write copies, before any row write
+  int64_t first_position = 0;                    // position of tokens[0]
+  std::vector<LaneSlots> base;                   // per lane (pool 0)
+  std::vector<std::vector<LaneSlots>> residual;  // per request residual, per lane (its layer's pool)
+};
+
+struct PrefixMatch {
+  std::vector<EntryId> entries;  // one per matched block
+  int64_t num_tokens = 0;
+};
+
+class CacheManager {
+ public:
+  explicit CacheManager(CacheConfig config);
+
+  const CacheConfig& config() const { return config_; }
+  const CacheLayout& layout() const { return config_.layout; }
+  int32_t num_pools() const { return static_cast<int32_t>(allocators_.size()); }
+  // Pool of residual rows of `rank`, or -1 when no pool was configured for it.
+  int32_t pool_for_rank(int64_t rank) const;
+  int64_t pool_rank(int32_t pool) const { return pool == 0 ? 0 : config_.residual_pools[pool - 1].rank; }
+  const BlockAllocator& allocator(int32_t pool) const { return allocators_[static_cast<size_t>(pool)]; }
+  const PrefixIndex& index() const { return index_; }
+  // Owner of a block's rows: the stream key's adapter (agent, group or base model).
+  AdapterIdentity owner_of(int32_t pool, BlockId block) const;
+
+  bool has_sequence(SeqId seq) const { return seqs_.count(seq) > 0; }
+  const SequenceState& sequence(SeqId seq) const;
+  std::vector<SeqId> sequences() const;
+
+  // Longest run of whole blocks of `tokens` whose base rows are indexed under `base_key`
+  // and whose writers pass `filter`. Pure.
+  PrefixMatch match_prefix(const ContentKey& base_key, const std::vector<int32_t>& tokens,
+                           const WriterFilter& filter) const;
+  // A new sequence, sharing the blocks of `match` (taken from match_prefix with no
+  // mutation in between). Needs no free blocks.
+  void create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match = {});
+  // dst shares every block of src (copy-on-write on later writes). Needs no free blocks.
+  void fork(SeqId src, SeqId dst);
+  // Adds a residual stream and adopts the indexed residual blocks built on the sequence's
+  // indexed base blocks. Returns the positions covered (the agent prefills from there).
+  int64_t attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks, const WriterFilter& filter);
+
+  Capacity can_append(SeqId seq, const AppendRequest& request) const;
+  std::optional<AppendSlots> append(SeqId seq, const AppendRequest& request);
+
+  Capacity can_compact(SeqId seq, const KeepSets& keep) const;
+  std::optional<StorageOps> compact(SeqId seq, const KeepSets& keep);
+
+  // Drops every reference the sequence holds; blocks reaching zero return to their pool.
+  void release(SeqId seq);
+
+  // Slots of a lane's rows in order (base: pool 0; residual: the stream's pool of that layer).
+  std::vector<int64_t> base_slots(SeqId seq, int64_t lane) const;
+  std::vector<int64_t> residual_slots(SeqId seq, const ContentKey& stream, int64_t lane) const;
+  const ResidualStream& residual(SeqId seq, const ContentKey& stream) const;
+
+  // Host memory of the bookkeeping (tables, positions, token arrays, index), from container sizes.
+  int64_t host_metadata_bytes() const;
+
+ private:
+  SequenceState& state(SeqId seq);
+  int64_t residual_index(const SequenceState& s, const ContentKey& key) const;
+  uint32_t tag_for(AdapterIdentity owner);
+  int64_t append_need(int32_t pool, const BlockTable& table, int64_t add) const;
+  std::vector<int64_t> residual_rows_to_add(const SequenceState& s, const ResidualStream& r, int64_t lane,
+                                            int64_t num_tokens) const;
+  LaneSlots append_rows(int32_t pool, BlockTable& table, int64_t add, uint32_t tag, StorageOps& ops);
+  void release_block(int32_t pool, BlockId block);
+  void compact_table(int32_t pool, BlockTable& table, const std::vector<int64_t>& keep, uint32_t tag,
+                     StorageOps& ops, std::vector<BlockRef>& to_release);
+  void register_full_blocks(SequenceState& s);
+
+  CacheConfig config_;
+  std::vector<BlockAllocator> allocators_;  // per pool
+  PrefixIndex index_;
+  std::map<SeqId, SequenceState> seqs_;
+  std::vector<AdapterIdentity> tag_owner_;  // allocator tag -> owner
+  std::map<AdapterIdentity, uint32_t> owner_tag_;
+};
+
+}  // namespace lorakv::cache

@@ -1,0 +1,248 @@
+// cache/cache_manager_sharing.cpp: the parts of CacheManager that share or rewrite blocks:
+// prefix matching and registration, sequence creation from a match, forks, residual
+// stream attachment, and compaction with copy-on-write.
+#include <algorithm>
+
+#include "cache/cache_manager.h"
+#include "common/errors.h"
+
+namespace lorakv::cache {
+
+PrefixMatch CacheManager::match_prefix(const ContentKey& base_key, const std::vector<int32_t>& tokens,
+                                       const WriterFilter& filter) const {
+  PrefixMatch match;
+  const int64_t bs = layout().block_size;
+  PrefixEntryKey key;
+  key.key = base_key;
+  for (int64_t i = 0; (i + 1) * bs <= static_cast<int64_t>(tokens.size()); ++i) {
+    key.tokens.assign(tokens.begin() + i * bs, tokens.begin() + (i + 1) * bs);
+    std::optional<EntryId> e = index_.find(key, filter);
+    if (!e) break;
+    match.entries.push_back(*e);
+    match.num_tokens += bs;
+    key.parent = *e;
+  }
+  return match;
+}
+
+void CacheManager::create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match) {
+  LORAKV_ASSERT(seq.valid() && !has_sequence(seq), "sequence " << seq.value() << " exists or is invalid");
+  LORAKV_ASSERT(base_key.kind == StreamKind::kBase && base_key.dtype == config_.dtype, "bad base content key");
+  SequenceState s;
+  s.base_key = base_key;
+  s.lanes.resize(static_cast<size_t>(layout().num_lanes()));
+  for (EntryId id : match.entries) {
+    const PrefixEntry& e = index_.entry(id);
+    LORAKV_ASSERT(e.key.key == base_key, "prefix match for another content key");
+    for (size_t lane = 0; lane < s.lanes.size(); ++lane) {
+      allocators_[0].retain(e.blocks[lane].block);
+      s.lanes[lane].table.blocks.push_back(e.blocks[lane].block);
+    }
+    s.tokens.insert(s.tokens.end(), e.key.tokens.begin(), e.key.tokens.end());
+    s.writers.insert(s.writers.end(), e.writers.begin(), e.writers.end());
+    s.base_chain.push_back(id);
+  }
+  for (BaseLane& lane : s.lanes) {
+    lane.table.num_rows = static_cast<int64_t>(s.tokens.size());
+    for (size_t p = 0; p < s.tokens.size(); ++p) lane.positions.push_back(static_cast<int32_t>(p));
+  }
+  seqs_.emplace(seq, std::move(s));
+}
+
+void CacheManager::fork(SeqId src, SeqId dst) {
+  LORAKV_ASSERT(dst.valid() && !has_sequence(dst), "sequence " << dst.value() << " exists or is invalid");
+  SequenceState copy = sequence(src);
+  for (const BaseLane& lane : copy.lanes) {
+    for (BlockId b : lane.table.blocks) allocators_[0].retain(b);
+  }
+  for (const ResidualStream& r : copy.residuals) {
+    for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
+      for (BlockId b : r.lanes[static_cast<size_t>(lane)].blocks) allocators_[static_cast<size_t>(pool)].retain(b);
+    }
+  }
+  seqs_.emplace(dst, std::move(copy));
+}
+
+int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks,
+                                      const WriterFilter& filter) {
+  SequenceState& s = state(seq);
+  LORAKV_ASSERT(key.kind != StreamKind::kBase && key.dtype == config_.dtype, "bad residual content key");
+  LORAKV_ASSERT(residual_index(s, key) < 0, "residual stream attached twice");
+  LORAKV_ASSERT(static_cast<int64_t>(ranks.size()) == layout().num_layers, "one rank per layer needed");
+  ResidualStream r;
+  r.key = key;
+  for (int64_t rank : ranks) {
+    const int32_t pool = rank == 0 ? -1 : pool_for_rank(rank);
+    LORAKV_ASSERT(rank == 0 || pool > 0, "no residual pool of rank " << rank);
+    r.pools.push_back(pool);
+  }
+  r.ranks = std::move(ranks);
+  r.lanes.resize(static_cast<size_t>(layout().num_lanes()));
+  PrefixEntryKey probe;
+  probe.key = key;
+  for (EntryId base : s.base_chain) {
+    if (!index_.contains(base)) break;
+    probe.base = base;
+    std::optional<EntryId> e = index_.find(probe, filter);
+    if (!e) break;
+    const PrefixEntry& entry = index_.entry(*e);
+    size_t k = 0;
+    for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
+      if (pool < 0) continue;
+      const BlockRef b = entry.blocks.at(k++);
+      LORAKV_ASSERT(b.pool == pool, "indexed residual block in another pool");
+      allocators_[static_cast<size_t>(pool)].retain(b.block);
+      BlockTable& t = r.lanes[static_cast<size_t>(lane)];
+      t.blocks.push_back(b.block);
+      t.num_rows += layout().block_size;
+    }
+    r.covered += layout().block_size;
+    r.writers.insert(r.writers.end(), entry.writers.begin(), entry.writers.end());
+    r.chain.push_back(*e);
+    probe.parent = *e;
+  }
+  const int64_t covered = r.covered;
+  s.residuals.push_back(std::move(r));
+  return covered;
+}
+
+// Registers the sequence's newly full base and residual blocks (never after a compaction).
+void CacheManager::register_full_blocks(SequenceState& s) {
+  if (!s.indexable) return;
+  const int64_t bs = layout().block_size;
+  auto prune = [&](std::vector<EntryId>& chain) {
+    auto dead = std::find_if(chain.begin(), chain.end(), [&](EntryId id) { return !index_.contains(id); });
+    chain.erase(dead, chain.end());
+  };
+  prune(s.base_chain);
+  const auto full = static_cast<int64_t>(s.tokens.size()) / bs;
+  for (auto i = static_cast<int64_t>(s.base_chain.size()); i < full; ++i) {
+    PrefixEntryKey key;
+    key.parent = i > 0 ? s.base_chain.back() : EntryId();
+    key.key = s.base_key;
+    key.tokens.assign(s.tokens.begin() + i * bs, s.tokens.begin() + (i + 1) * bs);
+    std::vector<AdapterIdentity> writers(s.writers.begin() + i * bs, s.writers.begin() + (i + 1) * bs);
+    std::vector<BlockRef> blocks;
+    for (const BaseLane& lane : s.lanes) blocks.push_back({0, lane.table.blocks[static_cast<size_t>(i)]});
+    s.base_chain.push_back(index_.insert(std::move(key), std::move(writers), std::move(blocks)).first);
+  }
+  for (ResidualStream& r : s.residuals) {
+    prune(r.chain);
+    const int64_t limit = std::min(static_cast<int64_t>(s.base_chain.size()), r.covered / bs);
+    for (auto i = static_cast<int64_t>(r.chain.size()); i < limit; ++i) {
+      PrefixEntryKey key;
+      key.parent = i > 0 ? r.chain.back() : EntryId();
+      key.base = s.base_chain[static_cast<size_t>(i)];
+      key.key = r.key;
+      std::vector<AdapterIdentity> writers(r.writers.begin() + i * bs, r.writers.begin() + (i + 1) * bs);
+      std::vector<BlockRef> blocks;
+      for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+        const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
+        if (pool >= 0) blocks.push_back({pool, r.lanes[static_cast<size_t>(lane)].blocks[static_cast<size_t>(i)]});
+      }
+      r.chain.push_back(index_.insert(std::move(key), std::move(writers), std::move(blocks)).first);
+    }
+  }
+}
+
+Capacity CacheManager::can_compact(SeqId seq, const KeepSets& keep) const {
+  const SequenceState& s = sequence(seq);
+  LORAKV_ASSERT(static_cast<int64_t>(keep.size()) == layout().num_lanes(), "one keep set per lane needed");
+  Capacity cap;
+  cap.blocks_needed.assign(static_cast<size_t>(num_pools()), 0);
+  for (int32_t p = 0; p < num_pools(); ++p) cap.blocks_free.push_back(allocator(p).num_free());
+  auto count_copies = [&](int32_t pool, const BlockTable& table, const std::vector<int64_t>& k) {
+    const CompactionPlan plan = plan_compaction(table.num_rows, k, layout().block_size);
+    for (int64_t b : plan.rewritten_blocks) {
+      if (allocator(pool).refcount(table.blocks[static_cast<size_t>(b)]) > 1) ++cap.blocks_needed[static_cast<size_t>(pool)];
+    }
+  };
+  for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+    const std::vector<int64_t>& k = keep[static_cast<size_t>(lane)];
+    count_copies(0, s.lanes[static_cast<size_t>(lane)].table, k);
+    for (const ResidualStream& r : s.residuals) {
+      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
+      if (pool < 0) continue;
+      const BlockTable& t = r.lanes[static_cast<size_t>(lane)];
+      count_copies(pool, t, keep_below(k, t.num_rows));
+    }
+  }
+  for (int32_t p = 0; p < num_pools(); ++p) cap.ok = cap.ok && cap.blocks_needed[p] <= cap.blocks_free[p];
+  return cap;
+}
+
+// Rewrites one table: copies shared blocks that receive rows, unindexes private ones whose
+// content changes, emits the moves, and queues the blocks past the new end for release
+// (released only after every lane is planned, so no block freed here is reallocated while
+// its rows are still a move's source).
+void CacheManager::compact_table(int32_t pool, BlockTable& table, const std::vector<int64_t>& keep, uint32_t tag,
+                                 StorageOps& ops, std::vector<BlockRef>& to_release) {
+  const int64_t bs = layout().block_size;
+  const CompactionPlan plan = plan_compaction(table.num_rows, keep, bs);
+  BlockAllocator& alloc = allocators_[static_cast<size_t>(pool)];
+  const std::vector<BlockId> before = table.blocks;
+  for (int64_t b : plan.rewritten_blocks) {
+    BlockId& block = table.blocks[static_cast<size_t>(b)];
+    if (alloc.refcount(block) > 1) {
+      const std::optional<std::vector<BlockId>> copy_block = alloc.allocate(1, tag);  // counted by can_compact
+      LORAKV_ASSERT(copy_block.has_value(), "copy-on-write ran out of blocks after can_compact said yes");
+      const BlockId copy = copy_block->front();
+      ops.copies.push_back({pool, block, copy});
+      alloc.release(block);
+      block = copy;
+    } else {
+      index_.erase_block({pool, block});
+    }
+  }
+  if (plan.truncated_block >= 0) {
+    const BlockId block = table.blocks[static_cast<size_t>(plan.truncated_block)];
+    if (alloc.refcount(block) == 1) index_.erase_block({pool, block});
+  }
+  for (const RowMove& m : plan.moves) {
+    const int64_t src = before[static_cast<size_t>(m.src_row / bs)].value() * bs + m.src_row % bs;
+    const int64_t dst = table.blocks[static_cast<size_t>(m.dst_row / bs)].value() * bs + m.dst_row % bs;
+    ops.moves.push_back({pool, src, dst});
+  }
+  for (auto b = static_cast<size_t>(plan.num_blocks_after); b < table.blocks.size(); ++b) {
+    to_release.push_back({pool, table.blocks[b]});
+  }
+  table.blocks.resize(static_cast<size_t>(plan.num_blocks_after));
+  table.num_rows = plan.num_rows_after;
+}
+
+std::optional<StorageOps> CacheManager::compact(SeqId seq, const KeepSets& keep) {
+  if (!can_compact(seq, keep).ok) return std::nullopt;
+  SequenceState& s = state(seq);
+  StorageOps ops;
+  std::vector<BlockRef> to_release;
+  const uint32_t base_tag = tag_for(s.base_key.adapter);
+  bool changed = false;
+  for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+    const std::vector<int64_t>& k = keep[static_cast<size_t>(lane)];
+    BaseLane& base = s.lanes[static_cast<size_t>(lane)];
+    if (static_cast<int64_t>(k.size()) == base.table.num_rows) continue;  // keeps everything
+    changed = true;
+    for (ResidualStream& r : s.residuals) {
+      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
+      if (pool < 0) continue;
+      BlockTable& t = r.lanes[static_cast<size_t>(lane)];
+      compact_table(pool, t, keep_below(k, t.num_rows), tag_for(r.key.adapter), ops, to_release);
+    }
+    compact_table(0, base.table, k, base_tag, ops, to_release);
+    std::vector<int32_t> positions;
+    positions.reserve(k.size());
+    for (int64_t row : k) positions.push_back(base.positions[static_cast<size_t>(row)]);
+    base.positions = std::move(positions);
+  }
+  for (BlockRef b : to_release) release_block(b.pool, b.block);
+  if (!changed) return ops;
+  // Rows written from now on depend on the compacted history, not on the token prefix.
+  s.indexable = false;
+  s.base_chain.clear();
+  for (ResidualStream& r : s.residuals) r.chain.clear();
+  return ops;
+}
+
+}  // namespace lorakv::cache

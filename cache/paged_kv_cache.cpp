@@ -1,0 +1,157 @@
+// cache/paged_kv_cache.cpp: bookkeeping and storage kept in step; gathers; measured stats.
+#include "cache/paged_kv_cache.h"
+
+#include "common/errors.h"
+
+namespace lorakv::cache {
+
+namespace {
+at::Tensor long_tensor(const std::vector<int64_t>& v) {
+  return at::tensor(v, at::TensorOptions().dtype(at::kLong));
+}
+}  // namespace
+
+PagedKvCache::PagedKvCache(CacheConfig config, at::Device device) : manager_(std::move(config)) {
+  const CacheConfig& c = manager_.config();
+  BlockPoolSpec base;
+  base.id = 0;
+  base.num_blocks = std::max<int64_t>(c.num_base_blocks, 1);
+  base.block_size = c.layout.block_size;
+  base.row_shape = {c.layout.heads_per_group, c.layout.head_dim};
+  base.dtype = c.dtype;
+  base.base = true;
+  base.device = device;
+  pools_.emplace_back(base);
+  for (size_t i = 0; i < c.residual_pools.size(); ++i) {
+    BlockPoolSpec r = base;
+    r.id = static_cast<int32_t>(i + 1);
+    r.num_blocks = std::max<int64_t>(c.residual_pools[i].num_blocks, 1);
+    r.row_shape = {c.residual_pools[i].rank};
+    r.base = false;
+    pools_.emplace_back(r);
+  }
+}
+
+void PagedKvCache::create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match) {
+  manager_.create_sequence(seq, base_key, match);
+}
+
+void PagedKvCache::fork(SeqId src, SeqId dst) { manager_.fork(src, dst); }
+
+int64_t PagedKvCache::attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks,
+                                      const WriterFilter& filter) {
+  return manager_.attach_residual(seq, key, std::move(ranks), filter);
+}
+
+void PagedKvCache::release(SeqId seq) { manager_.release(seq); }
+
+std::optional<AppendSlots> PagedKvCache::append(SeqId seq, const AppendRequest& request) {
+  std::optional<AppendSlots> slots = manager_.append(seq, request);
+  if (!slots) return std::nullopt;
+  for (BlockPool& p : pools_) p.apply(slots->ops);
+  const auto t = static_cast<int64_t>(request.tokens.size());
+  const at::Tensor positions = at::arange(slots->first_position, slots->first_position + t, at::kLong);
+  for (const LaneSlots& lane : slots->base) pools_[0].write_positions(long_tensor(lane.slots), positions);
+  note_usage();
+  return slots;
+}
+
+void PagedKvCache::write_base(const AppendSlots& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  const CacheLayout& l = layout();
+  TORCH_CHECK(k.dim() == 3 && k.size(1) == l.num_kv_heads && k.size(2) == l.head_dim && v.sizes() == k.sizes(),
+              "k, v must be [T, num_kv_heads, head_dim], got ", k.sizes(), " and ", v.sizes());
+  for (int64_t g = 0; g < l.num_groups(); ++g) {
+    const LaneSlots& lane = slots.base.at(static_cast<size_t>(l.lane(layer, g)));
+    TORCH_CHECK(static_cast<int64_t>(lane.slots.size()) == k.size(0), "rows for ", lane.slots.size(), " tokens expected");
+    pools_[0].write(long_tensor(lane.slots), k.narrow(1, g * l.heads_per_group, l.heads_per_group),
+                    v.narrow(1, g * l.heads_per_group, l.heads_per_group));
+  }
+}
+
+void PagedKvCache::write_residual(const AppendSlots& slots, size_t index, int64_t layer, const at::Tensor& c) {
+  const CacheLayout& l = layout();
+  for (int64_t g = 0; g < l.num_groups(); ++g) {
+    const LaneSlots& lane = slots.residual.at(index).at(static_cast<size_t>(l.lane(layer, g)));
+    if (lane.slots.empty()) continue;
+    // Only the positions this lane keeps get a residual row (per-head token sets).
+    const at::Tensor rows = c.index_select(0, long_tensor(lane.token_offsets).to(c.device()));
+    TORCH_CHECK(c.dim() == 2 && c.size(1) == manager_.pool_rank(lane.pool), "residual rows must be [T, ",
+                manager_.pool_rank(lane.pool), "], got ", c.sizes());
+    pools_[static_cast<size_t>(lane.pool)].write(long_tensor(lane.slots), rows);
+  }
+}
+
+bool PagedKvCache::compact(SeqId seq, const KeepSets& keep) {
+  std::optional<StorageOps> ops = manager_.compact(seq, keep);
+  if (!ops) return false;
+  for (BlockPool& p : pools_) p.apply(*ops);
+  note_usage();
+  return true;
+}
+
+GatheredRows PagedKvCache::gather_lane(SeqId seq, int64_t layer, int64_t group) const {
+  const at::Tensor slots = long_tensor(manager_.base_slots(seq, layout().lane(layer, group)));
+  // [N, hpg, D] -> [hpg, N, D]
+  return {pools_[0].gather_a(slots).transpose(0, 1).contiguous(), pools_[0].gather_b(slots).transpose(0, 1).contiguous(),
+          pools_[0].gather_positions(slots)};
+}
+
+GatheredRows PagedKvCache::gather_layer(SeqId seq, int64_t layer) const {
+  std::vector<at::Tensor> ks, vs;
+  at::Tensor positions;
+  for (int64_t g = 0; g < layout().num_groups(); ++g) {
+    GatheredRows rows = gather_lane(seq, layer, g);
+    TORCH_CHECK(!positions.defined() || at::equal(positions, rows.positions),
+                "head groups of layer ", layer, " keep different tokens; gather them per lane");
+    positions = rows.positions;
+    ks.push_back(rows.k);
+    vs.push_back(rows.v);
+  }
+  return {at::cat(ks, 0), at::cat(vs, 0), positions};
+}
+
+GatheredResidual PagedKvCache::gather_residual(SeqId seq, const ContentKey& stream, int64_t layer,
+                                               int64_t group) const {
+  const int64_t lane = layout().lane(layer, group);
+  const ResidualStream& r = manager_.residual(seq, stream);
+  const int32_t pool = r.pools.at(static_cast<size_t>(layer));
+  TORCH_CHECK(pool > 0, "the stream has no rows at layer ", layer);
+  const at::Tensor slots = long_tensor(manager_.residual_slots(seq, stream, lane));
+  const at::Tensor base_slots = long_tensor(manager_.base_slots(seq, lane)).narrow(0, 0, slots.numel());
+  return {pools_[static_cast<size_t>(pool)].gather_a(slots), pools_[0].gather_positions(base_slots)};
+}
+
+int64_t PagedKvCache::bytes_in_use() const {
+  int64_t bytes = 0;
+  for (size_t p = 0; p < pools_.size(); ++p) {
+    bytes += manager_.allocator(static_cast<int32_t>(p)).num_used() * pools_[p].block_bytes();
+  }
+  return bytes;
+}
+
+void PagedKvCache::note_usage() { peak_bytes_ = std::max(peak_bytes_, bytes_in_use()); }
+
+CacheStats PagedKvCache::stats() const {
+  CacheStats s;
+  const BlockAllocator& base = manager_.allocator(0);
+  s.base_k_bytes = base.num_used() * pools_[0].a_bytes_per_block();
+  s.base_v_bytes = base.num_used() * pools_[0].b_bytes_per_block();
+  s.positions_bytes = base.num_used() * pools_[0].positions_bytes_per_block();
+  for (size_t p = 0; p < pools_.size(); ++p) {
+    const BlockAllocator& a = manager_.allocator(static_cast<int32_t>(p));
+    s.pools.push_back({manager_.pool_rank(static_cast<int32_t>(p)), a.num_used(), a.num_free(), pools_[p].block_bytes()});
+    s.reserved_bytes += pools_[p].reserved_bytes();
+    if (p == 0) continue;
+    for (int64_t b = 0; b < a.num_blocks(); ++b) {
+      if (!a.in_use(BlockId(b))) continue;
+      s.residual_bytes[manager_.owner_of(static_cast<int32_t>(p), BlockId(b))] += pools_[p].block_bytes();
+      s.residual_bytes_total += pools_[p].block_bytes();
+    }
+  }
+  s.metadata_bytes = manager_.host_metadata_bytes();
+  s.bytes_in_use = s.base_k_bytes + s.base_v_bytes + s.positions_bytes + s.residual_bytes_total;
+  s.peak_bytes_in_use = std::max(peak_bytes_, s.bytes_in_use);
+  return s;
+}
+
+}  // namespace lorakv::cache

@@ -1,0 +1,104 @@
+// cache/paged_kv_cache.h: the paged cache as the engine sees it: a CacheManager (tensor-free
+// bookkeeping) plus one BlockPool per pool (tensors), kept in step. Every mutation goes
+// through here so the storage ops the manager returns are applied at once. It writes base
+// and residual rows where the manager placed them, gathers a lane's rows as contiguous
+// tensors for the reference path (and a later runtime::KvCache adapter), and reports stats
+// measured from the pools.
+//
+// Contract: query before mutate (can_append / can_compact / match_prefix are pure; append,
+// compact, create_sequence, fork, attach_residual, release mutate). A capacity shortfall
+// comes back as std::nullopt / false with nothing changed. Not thread-safe: one engine step
+// at a time.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "cache/block_pool.h"
+#include "cache/cache_manager.h"
+
+namespace lorakv::cache {
+
+// One lane's rows, gathered into contiguous tensors (storage dtype).
+struct GatheredRows {
+  at::Tensor k;          // [heads, N, head_dim], after RoPE (heads = heads_per_group, or num_kv_heads for a layer)
+  at::Tensor v;          // [heads, N, head_dim]
+  at::Tensor positions;  // int64 [N], ascending
+};
+
+struct GatheredResidual {
+  at::Tensor c;          // [N_r, rank]: row i belongs to the lane's base row i
+  at::Tensor positions;  // int64 [N_r]: the positions of those base rows
+};
+
+struct PoolUsage {
+  int64_t rank = 0;  // 0 = base pool
+  int64_t blocks_used = 0;
+  int64_t blocks_free = 0;
+  int64_t block_bytes = 0;  // measured from the pool's tensors
+};
+
+// Bytes are device bytes of blocks in use (whole blocks, so rows round up to the block),
+// measured from the pools' allocations; metadata is the host bookkeeping.
+struct CacheStats {
+  int64_t base_k_bytes = 0;
+  int64_t base_v_bytes = 0;
+  int64_t positions_bytes = 0;
+  std::map<AdapterIdentity, int64_t> residual_bytes;  // per agent (base_shared) or shared-A group
+  int64_t residual_bytes_total = 0;
+  int64_t metadata_bytes = 0;  // host: tables, positions mirror, token ids, prefix index
+  int64_t bytes_in_use = 0;    // base K + base V + positions + residuals
+  int64_t peak_bytes_in_use = 0;
+  int64_t reserved_bytes = 0;  // all pool tensors, used or not
+  std::vector<PoolUsage> pools;
+};
+
+class PagedKvCache {
+ public:
+  explicit PagedKvCache(CacheConfig config, at::Device device = at::kCPU);
+
+  const CacheManager& manager() const { return manager_; }
+  const CacheLayout& layout() const { return manager_.layout(); }
+  const BlockPool& pool(int32_t id) const { return pools_.at(static_cast<size_t>(id)); }
+
+  PrefixMatch match_prefix(const ContentKey& base_key, const std::vector<int32_t>& tokens,
+                           const WriterFilter& filter) const {
+    return manager_.match_prefix(base_key, tokens, filter);
+  }
+  void create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match = {});
+  void fork(SeqId src, SeqId dst);
+  int64_t attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks, const WriterFilter& filter);
+  void release(SeqId seq);
+
+  Capacity can_append(SeqId seq, const AppendRequest& r) const { return manager_.can_append(seq, r); }
+  // Reserves the rows (copy-on-write applied, positions written); the caller then writes
+  // them with write_base / write_residual before reading them.
+  std::optional<AppendSlots> append(SeqId seq, const AppendRequest& request);
+  // k, v: [T, num_kv_heads, head_dim] for the request's T tokens, any float dtype.
+  void write_base(const AppendSlots& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v);
+  // c: [T, rank of `layer`] for the request's residual `index` (its T positions).
+  void write_residual(const AppendSlots& slots, size_t index, int64_t layer, const at::Tensor& c);
+
+  Capacity can_compact(SeqId seq, const KeepSets& keep) const { return manager_.can_compact(seq, keep); }
+  bool compact(SeqId seq, const KeepSets& keep);
+
+  GatheredRows gather_lane(SeqId seq, int64_t layer, int64_t group) const;
+  // All KV heads of a layer; requires every head group to hold the same positions.
+  GatheredRows gather_layer(SeqId seq, int64_t layer) const;
+  GatheredResidual gather_residual(SeqId seq, const ContentKey& stream, int64_t layer, int64_t group) const;
+
+  CacheStats stats() const;
+
+ private:
+  int64_t bytes_in_use() const;
+  void note_usage();
+
+  CacheManager manager_;
+  std::vector<BlockPool> pools_;
+  int64_t peak_bytes_ = 0;
+};
+
+}  // namespace lorakv::cache

@@ -1,0 +1,143 @@
+// tests/cache/paged_kv_cache_test.cpp: storage kept in step with bookkeeping: round trips,
+// copy-on-write contents, per-head compaction with aligned residual rows (including an
+// agent that catches up after eviction), and measured bytes against a closed form.
+#include "cache/paged_kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+#include <utility>
+
+#include "cache_test_util.h"
+
+namespace lorakv::cache {
+namespace {
+
+using test::expect_lanes_hold;
+using test::expect_residual_aligned;
+using test::make_c;
+using test::make_k;
+
+const AdapterIdentity kA{1, 1};
+const AdapterIdentity kB{2, 2};
+
+std::vector<int32_t> tokens_of(int32_t n, int32_t start = 3) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), start);
+  return t;
+}
+
+CacheConfig config(int64_t heads_per_group, StorageDtype dtype = StorageDtype::kFloat32) {
+  CacheConfig c;
+  c.layout = {2, 3, 4, 4, heads_per_group};
+  c.dtype = dtype;
+  c.num_base_blocks = 128;
+  c.residual_pools = {{2, 64}, {3, 64}};
+  return c;
+}
+
+// Appends tokens written by `writer`, with residual rows for the given streams.
+void append(PagedKvCache& cache, SeqId seq, const std::vector<int32_t>& new_tokens, AdapterIdentity writer,
+            const std::vector<std::pair<ContentKey, int64_t>>& residual_agents, int64_t residual_tokens) {
+  AppendRequest req{new_tokens, writer, {}};
+  for (const auto& [key, agent] : residual_agents) req.residuals.push_back({key, residual_tokens});
+  std::vector<int64_t> covered_before;
+  for (const auto& [key, agent] : residual_agents) covered_before.push_back(cache.manager().residual(seq, key).covered);
+  auto slots = cache.append(seq, req);
+  ASSERT_TRUE(slots);
+  const std::vector<int32_t>& all = cache.manager().sequence(seq).tokens;
+  for (int64_t layer = 0; layer < cache.layout().num_layers; ++layer) {
+    at::Tensor k = make_k(cache.layout(), layer, slots->first_position, new_tokens);
+    cache.write_base(*slots, layer, k, k + 0.25);
+    for (size_t i = 0; i < residual_agents.size(); ++i) {
+      const ResidualStream& r = cache.manager().residual(seq, residual_agents[i].first);
+      const int64_t rank = r.ranks[static_cast<size_t>(layer)];
+      if (rank == 0) continue;
+      cache.write_residual(*slots, i, layer,
+                           make_c(residual_agents[i].second, layer, rank, covered_before[i], residual_tokens, all));
+    }
+  }
+}
+
+TEST(PagedKvCache, RoundTripAndCopyOnWrite) {
+  for (int64_t hpg : {1, 3}) {
+    PagedKvCache cache(config(hpg));
+    const ContentKey base = ContentKey::base(StorageDtype::kFloat32);
+    cache.create_sequence(SeqId(1), base);
+    append(cache, SeqId(1), tokens_of(6), kA, {}, 0);
+    cache.fork(SeqId(1), SeqId(2));
+    append(cache, SeqId(2), {40, 41, 42}, kB, {}, 0);
+    append(cache, SeqId(1), {50}, kA, {}, 0);
+    std::vector<int32_t> t1 = tokens_of(6), t2 = tokens_of(6);
+    t1.push_back(50);
+    t2.insert(t2.end(), {40, 41, 42});
+    expect_lanes_hold(cache, SeqId(1), t1);
+    expect_lanes_hold(cache, SeqId(2), t2);
+    GatheredRows layer = cache.gather_layer(SeqId(2), 1);
+    EXPECT_EQ(layer.k.sizes(), (at::IntArrayRef{3, 9, 4}));
+    EXPECT_TRUE(at::equal(layer.k.transpose(0, 1), make_k(cache.layout(), 1, 0, t2)));
+  }
+}
+
+TEST(PagedKvCache, PerHeadCompactionKeepsResidualsAligned) {
+  {
+    // float32 holds the synthetic values exactly (bf16 storage: BFloat16StoresRowsInTwoBytes).
+    const StorageDtype dtype = StorageDtype::kFloat32;
+    PagedKvCache cache(config(/*heads_per_group=*/1, dtype));
+    const ContentKey base = ContentKey::base(dtype);
+    const ContentKey res_a = ContentKey::residual(StreamKind::kResidualV, dtype, kA);
+    const ContentKey res_b = ContentKey::residual(StreamKind::kResidualV, dtype, kB);
+    const ContentKey res_bk = ContentKey::residual(StreamKind::kResidualK, dtype, kB);
+    cache.create_sequence(SeqId(1), base);
+    cache.attach_residual(SeqId(1), res_a, {2, 3}, {});
+    std::vector<int32_t> tokens = tokens_of(14);
+    append(cache, SeqId(1), tokens, kA, {{res_a, 1}}, 14);
+    // Agent B joins late and lags: it has covered only 5 positions when eviction strikes.
+    cache.attach_residual(SeqId(1), res_b, {3, 2}, {});
+    cache.attach_residual(SeqId(1), res_bk, {0, 2}, {});
+    append(cache, SeqId(1), {}, kB, {{res_b, 2}, {res_bk, 2}}, 5);
+    std::mt19937 rng(7);
+    KeepSets keep(static_cast<size_t>(cache.layout().num_lanes()));
+    for (auto& k : keep) {
+      for (int64_t row = 0; row < 14; ++row) {
+        if (rng() % 2) k.push_back(row);
+      }
+    }
+    const int64_t used_before = cache.stats().bytes_in_use;
+    ASSERT_TRUE(cache.compact(SeqId(1), keep));
+    EXPECT_LT(cache.stats().bytes_in_use, used_before);
+    expect_lanes_hold(cache, SeqId(1), tokens);
+    expect_residual_aligned(cache, SeqId(1), res_a, 1, tokens);
+    expect_residual_aligned(cache, SeqId(1), res_b, 2, tokens);
+    expect_residual_aligned(cache, SeqId(1), res_bk, 2, tokens);
+    // B catches up over positions 5..13: each head stores rows only for the tokens it kept.
+    append(cache, SeqId(1), {}, kB, {{res_b, 2}, {res_bk, 2}}, 9);
+    expect_residual_aligned(cache, SeqId(1), res_b, 2, tokens);
+    // New tokens after eviction land behind every head's survivors, residuals included.
+    std::vector<int32_t> more{60, 61, 62, 63, 64};
+    append(cache, SeqId(1), more, kA, {{res_a, 1}}, 5);
+    tokens.insert(tokens.end(), more.begin(), more.end());
+    expect_lanes_hold(cache, SeqId(1), tokens);
+    expect_residual_aligned(cache, SeqId(1), res_a, 1, tokens);
+    expect_residual_aligned(cache, SeqId(1), res_b, 2, tokens);
+    cache.release(SeqId(1));
+    EXPECT_EQ(cache.stats().bytes_in_use, 0);
+  }
+}
+
+TEST(PagedKvCache, BFloat16StoresRowsInTwoBytes) {
+  PagedKvCache cache(config(3, StorageDtype::kBFloat16));
+  cache.create_sequence(SeqId(1), ContentKey::base(StorageDtype::kBFloat16));
+  auto slots = cache.append(SeqId(1), {{1, 2, 3}, kA, {}});
+  ASSERT_TRUE(slots);
+  at::Tensor k = at::randn({3, 3, 4});
+  cache.write_base(*slots, 0, k, -k);
+  GatheredRows rows = cache.gather_layer(SeqId(1), 0);
+  EXPECT_EQ(rows.k.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(rows.k.transpose(0, 1), k.to(at::kBFloat16)));
+  EXPECT_EQ(cache.pool(0).a_bytes_per_block(), 4 * 3 * 4 * 2);
+}
+
+}  // namespace
+}  // namespace lorakv::cache
