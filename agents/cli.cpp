@@ -1,16 +1,8 @@
-// agents/cli.cpp: `lorakv` commands. Today: generate.
+// agents/cli.cpp: `lorakv` command dispatch and the top-level help.
 #include "agents/cli.h"
 
-#include <algorithm>
-#include <cstdint>
-#include <cstdio>
-
-#include "agents/cli_args.h"
+#include "agents/commands.h"
 #include "common/errors.h"
-#include "common/logging.h"
-#include "formats/chat_template.h"
-#include "runtime/generator.h"
-#include "runtime/loaded_model.h"
 
 namespace lorakv::agents {
 namespace {
@@ -20,101 +12,10 @@ const char* kMainHelp = R"(lorakv: one base model, many LoRA adapters, one share
 usage: lorakv <command> [flags]
 
 commands:
-  generate   greedy text generation from a prompt, streamed to stdout
+  generate   text generation from a prompt, streamed to stdout
 
 Run 'lorakv <command> --help' for the command's flags.
 )";
-
-const char* kGenerateHelp = R"(usage: lorakv generate --model FILE --prompt TEXT [flags]
-
-Generates text from a prompt, streaming it to stdout as it is produced. Greedy by default;
---temperature > 0 samples (reproducibly for a given --seed). Statistics go to stderr.
-
-flags:
-  --model FILE              GGUF model file (required), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf
-  --prompt TEXT             the prompt (required); special tokens such as <|im_start|> are recognised
-  --chat                    wrap the prompt in the model's chat format (ChatML for SmolLM2, from the
-                            file's tokenizer.chat_template) as a user turn; stop at end of turn
-  --max-tokens N            the most tokens to generate (default 128, 1..100000)
-  --temperature T           0 is greedy (default); > 0 samples from softmax(logits / T)
-  --top-k K                 sample among the K most likely tokens (default 0: all)
-  --top-p P                 sample among the smallest set of tokens with probability >= P (default 1)
-  --repetition-penalty R    > 1 discourages repeating context tokens (default 1: off)
-  --seed S                  random seed for sampling (default 0)
-  --stop TEXT               stop when TEXT appears; not printed; repeatable
-  --logprobs                after the text, print each generated token with its log-probability
-  --dtype TYPE              float32 (default) or bfloat16 weights and compute
-  --log-level LEVEL         trace, debug, info, warn, error or off (default info)
-  --help                    this text
-)";
-
-runtime::SamplingOptions parse_sampling(const CliArgs& a) {
-  runtime::SamplingOptions s;
-  s.temperature = a.get_double("--temperature", 0.0, 0.0, 100.0);
-  s.top_k = a.get_int("--top-k", 0, 0, 1 << 30);
-  s.top_p = a.get_double("--top-p", 1.0, 1e-6, 1.0);
-  s.repetition_penalty = a.get_double("--repetition-penalty", 1.0, 1e-3, 100.0);
-  s.seed = static_cast<uint64_t>(a.get_int("--seed", 0, 0, INT64_MAX));
-  return s;
-}
-
-int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CliArgs a(args,
-            {"--model", "--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty",
-             "--seed", "--stop", "--dtype", "--log-level"},
-            {"--chat", "--logprobs", "--help"}, "generate");
-  if (a.has("--help")) {
-    out << kGenerateHelp;
-    return 0;
-  }
-  if (!a.positional().empty()) {
-    throw ConfigError("unexpected argument", {"", a.positional().front(), "flags only", "", "see 'lorakv generate --help'"});
-  }
-  if (auto level = a.get("--log-level")) log::set_level(log::parse_level(*level));
-  const std::string model_path = a.require("--model");
-  std::string prompt = a.require("--prompt");
-  runtime::GenerationRequest request;
-  request.max_new_tokens = a.get_int("--max-tokens", 128, 1, 100000);
-  request.sampling = parse_sampling(a);
-  request.stop_strings = a.get_all("--stop");
-  request.logprobs = a.has("--logprobs");
-  const at::ScalarType dtype = runtime::parse_model_dtype(a.get("--dtype").value_or("float32"));
-
-  runtime::LoadedModel loaded = runtime::load_model(model_path, dtype);
-  const formats::BpeTokenizer& tok = *loaded.tokenizer;
-  if (tok.eos_id() >= 0) request.stop_token_ids.push_back(tok.eos_id());
-  if (a.has("--chat")) {
-    formats::ChatTemplate chat = formats::ChatTemplate::from_jinja(tok.chat_template());
-    prompt = chat.render({{"user", prompt}}, /*add_generation_prompt=*/true);
-    if (auto end = tok.token_id(chat.end_of_turn())) request.stop_token_ids.push_back(*end);
-  }
-  request.prompt = tok.encode(prompt);
-  if (request.prompt.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "nothing", ""});
-
-  log::Stopwatch watch;
-  std::vector<runtime::GenerationOutput> results =
-      runtime::generate(*loaded.model, &tok, {request}, [&](const runtime::StreamEvent& e) {
-        out << e.text << std::flush;
-        return true;
-      });
-  out << "\n";
-  const runtime::GenerationOutput& result = results[0];
-  if (request.logprobs) {
-    for (size_t i = 0; i < result.tokens.size(); ++i) {
-      char line[64];
-      std::snprintf(line, sizeof line, "\t%d\t%.5f\n", result.tokens[i], result.logprobs[i]);
-      out << "logprob\t" << tok.token_text(result.tokens[i]) << line;
-    }
-  }
-  const double seconds = watch.seconds();
-  const size_t generated = result.tokens.size();
-  char line[240];
-  std::snprintf(line, sizeof line, "[prompt %zu tokens, generated %zu tokens in %.2f s, %.1f tokens/s, finish: %s]",
-                request.prompt.size(), generated, seconds, static_cast<double>(generated) / std::max(seconds, 1e-9),
-                runtime::finish_reason_name(result.finish_reason));
-  err << line << "\n";
-  return 0;
-}
 
 }  // namespace
 

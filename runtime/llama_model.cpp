@@ -28,6 +28,12 @@ std::unique_ptr<KvCache> LlamaModel::make_cache() const {
   return std::make_unique<ContiguousKvCache>(config_.num_layers, config_.num_kv_heads, config_.head_dim, dtype());
 }
 
+at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, Module module, const StepPlan& plan) const {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const at::Tensor& bias = w.bias(module);
+  return bias.defined() ? at::linear(x, w.weight(module), bias) : at::linear(x, w.weight(module));
+}
+
 at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache& cache,
                                ForwardOptions options) const {
   const ModelConfig& c = config_;
@@ -49,8 +55,9 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
     offsets.push_back(static_cast<int64_t>(ids.size()));
   }
   const int64_t total = static_cast<int64_t>(ids.size());
-  at::Tensor id_tensor = at::tensor(ids, at::kLong);               // [T]
-  at::Tensor pos_tensor = at::tensor(positions, at::kLong);        // [T]
+  at::Tensor id_tensor = at::tensor(ids, at::kLong);  // [T]
+  const StepPlan plan{offsets, at::tensor(positions, at::kLong)};
+  const at::Tensor& pos_tensor = plan.positions;
   auto [cos, sin] = kernels::rope_cos_sin(pos_tensor, inv_freq_);  // [T, D] each
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
 
@@ -58,9 +65,9 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     at::Tensor x = kernels::rms_norm(hidden, w.attn_norm, c.rms_norm_eps);
-    at::Tensor q = at::linear(x, w.q_proj).view({total, c.num_heads, c.head_dim});
-    at::Tensor k = at::linear(x, w.k_proj).view({total, c.num_kv_heads, c.head_dim});
-    at::Tensor v = at::linear(x, w.v_proj).view({total, c.num_kv_heads, c.head_dim});
+    at::Tensor q = project(x, l, Module::kQ, plan).view({total, c.num_heads, c.head_dim});
+    at::Tensor k = project(x, l, Module::kK, plan).view({total, c.num_kv_heads, c.head_dim});
+    at::Tensor v = project(x, l, Module::kV, plan).view({total, c.num_kv_heads, c.head_dim});
     q = kernels::apply_rope(q, cos, sin);
     k = kernels::apply_rope(k, cos, sin);
 
@@ -73,11 +80,11 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
           .copy_(kernels::causal_attention(
               {q.narrow(0, begin, len), kv.k, kv.v, pos_tensor.narrow(0, begin, len), kv.positions, scale}));
     }
-    hidden = hidden + at::linear(attn.view({total, c.num_heads * c.head_dim}), w.o_proj);
+    hidden = hidden + project(attn.view({total, c.num_heads * c.head_dim}), l, Module::kO, plan);
 
     x = kernels::rms_norm(hidden, w.mlp_norm, c.rms_norm_eps);
-    at::Tensor gated = at::silu(at::linear(x, w.gate_proj)) * at::linear(x, w.up_proj);
-    hidden = hidden + at::linear(gated, w.down_proj);
+    at::Tensor gated = at::silu(project(x, l, Module::kGate, plan)) * project(x, l, Module::kUp, plan);
+    hidden = hidden + project(gated, l, Module::kDown, plan);
   }
   for (const SequenceInput& s : batch) cache.commit(s.seq);
 

@@ -31,6 +31,12 @@ struct ForwardOptions {
   bool all_logits = false;  // logits for every new token, not only each sequence's last
 };
 
+// Index data built once per forward and read by every layer (plan once, run per layer).
+struct StepPlan {
+  std::vector<int64_t> offsets;  // rows of sequence i: [offsets[i], offsets[i+1]) of the packed batch
+  at::Tensor positions;          // int64 [T]: each packed row's token position
+};
+
 class LlamaModel {
  public:
   LlamaModel(ModelConfig config, ModelWeights weights);
@@ -54,6 +60,9 @@ class LlamaModel {
   at::Tensor forward(const std::vector<SequenceInput>& batch, KvCache& cache, ForwardOptions options = {}) const;
 
  private:
+  // The one choke point for every linear projection of a layer: x [T, in] -> [T, out].
+  at::Tensor project(const at::Tensor& x, int64_t layer, Module module, const StepPlan& plan) const;
+
   ModelConfig config_;
   ModelWeights weights_;
   at::Tensor inv_freq_;  // float32 [head_dim / 2]

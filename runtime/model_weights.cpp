@@ -42,6 +42,34 @@ at::Tensor load_tensor(const formats::GgufFile& file, const std::string& name, c
 
 }  // namespace
 
+const char* module_name(Module m) {
+  static const char* names[kNumModules] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return names[static_cast<int>(m)];
+}
+
+const at::Tensor& LayerWeights::weight(Module m) const {
+  switch (m) {
+    case Module::kQ: return q_proj;
+    case Module::kK: return k_proj;
+    case Module::kV: return v_proj;
+    case Module::kO: return o_proj;
+    case Module::kGate: return gate_proj;
+    case Module::kUp: return up_proj;
+    case Module::kDown: return down_proj;
+  }
+  return q_proj;
+}
+
+const at::Tensor& LayerWeights::bias(Module m) const {
+  static const at::Tensor none;
+  switch (m) {
+    case Module::kQ: return q_bias;
+    case Module::kK: return k_bias;
+    case Module::kV: return v_bias;
+    default: return none;
+  }
+}
+
 at::Tensor unpermute_qk_rows(const at::Tensor& w, int64_t num_heads) {
   const int64_t out = w.size(0);
   const int64_t head_dim = out / num_heads;

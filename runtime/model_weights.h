@@ -15,6 +15,12 @@ class GgufFile;
 
 namespace lorakv::runtime {
 
+// The seven linear projections of a layer: every one goes through LlamaModel::project,
+// the single place where adapters will be applied.
+enum class Module { kQ = 0, kK, kV, kO, kGate, kUp, kDown };
+constexpr int kNumModules = 7;
+const char* module_name(Module m);  // HF names: "q_proj", ..., "down_proj"
+
 // Every tensor is in the model dtype (float32 or bfloat16).
 struct LayerWeights {
   at::Tensor attn_norm;  // [hidden]
@@ -26,6 +32,12 @@ struct LayerWeights {
   at::Tensor gate_proj;  // [intermediate, hidden]
   at::Tensor up_proj;    // [intermediate, hidden]
   at::Tensor down_proj;  // [hidden, intermediate]
+  at::Tensor q_bias;     // [num_heads * head_dim], undefined when the model has none (Qwen2 has)
+  at::Tensor k_bias;     // [num_kv_heads * head_dim] or undefined
+  at::Tensor v_bias;     // [num_kv_heads * head_dim] or undefined
+
+  const at::Tensor& weight(Module m) const;
+  const at::Tensor& bias(Module m) const;  // undefined tensor when the projection has no bias
 };
 
 struct ModelWeights {
