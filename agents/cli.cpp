@@ -13,6 +13,7 @@ usage: lorakv <command> [flags]
 
 commands:
   generate   text generation from a prompt, streamed to stdout
+  inspect    what a GGUF file or Hugging Face checkpoint holds: sizes, tokenizer, tensors
 
 Run 'lorakv <command> --help' for the command's flags.
 )";
@@ -26,7 +27,8 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "generate") return run_generate(rest, out, err);
-  throw ConfigError("unknown command", {"", args[0], "one of: generate", "", "run 'lorakv --help'"});
+  if (args[0] == "inspect") return run_inspect(rest, out, err);
+  throw ConfigError("unknown command", {"", args[0], "one of: generate, inspect", "", "run 'lorakv --help'"});
 }
 
 }  // namespace lorakv::agents

@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 
 #include "agents/cli_args.h"
 #include "agents/commands.h"
+#include "adapters/adapter_registry.h"
 #include "common/errors.h"
 #include "common/logging.h"
 #include "formats/chat_template.h"
@@ -14,14 +16,20 @@
 namespace lorakv::agents {
 namespace {
 
-const char* kGenerateHelp = R"(usage: lorakv generate --model FILE --prompt TEXT [flags]
+const char* kGenerateHelp = R"(usage: lorakv generate --model FILE --prompt TEXT [--adapter NAME=PATH --use NAME] [flags]
 
 Generates text from a prompt, streaming it to stdout as it is produced. Greedy by default;
 --temperature > 0 samples (reproducibly for a given --seed). Statistics go to stderr.
 
 flags:
   --model FILE              GGUF model file (required), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf
-  --prompt TEXT             the prompt (required); special tokens such as <|im_start|> are recognised
+  --prompt TEXT             the prompt (required); special tokens such as <|im_start|> are recognised.
+                            Repeatable: several prompts are generated as one batch, each printed
+                            when the batch finishes (one prompt streams as it is produced)
+  --adapter NAME=PATH       load a LoRA adapter as NAME: a PEFT directory (adapter_config.json +
+                            adapter_model.safetensors) or a llama.cpp GGUF LoRA file; repeatable
+  --use NAME                the adapter for the prompts: once for every prompt, or once per prompt
+                            in order; "base" runs a prompt without an adapter (default: base)
   --chat                    wrap the prompt in the model's chat format (ChatML for SmolLM2, from the
                             file's tokenizer.chat_template) as a user turn; stop at end of turn
   --max-tokens N            the most tokens to generate (default 128, 1..100000)
@@ -52,7 +60,7 @@ runtime::SamplingOptions parse_sampling(const CliArgs& a) {
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CliArgs a(args,
             {"--model", "--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty",
-             "--seed", "--stop", "--dtype", "--log-level"},
+             "--seed", "--stop", "--dtype", "--log-level", "--adapter", "--use"},
             {"--chat", "--logprobs", "--help"}, "generate");
   if (a.has("--help")) {
     out << kGenerateHelp;
@@ -63,7 +71,14 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   }
   if (auto level = a.get("--log-level")) log::set_level(log::parse_level(*level));
   const std::string model_path = a.require("--model");
-  std::string prompt = a.require("--prompt");
+  const std::vector<std::string> prompts = a.get_all("--prompt");
+  if (prompts.empty()) a.require("--prompt");  // throws naming the flag
+  std::vector<std::string> uses = a.get_all("--use");
+  if (uses.size() > 1 && uses.size() != prompts.size()) {
+    throw ConfigError("--use must be given once or once per --prompt", {"", "--use",
+                      std::to_string(prompts.size()) + " values", std::to_string(uses.size()), ""});
+  }
+  if (uses.size() == 1) uses.assign(prompts.size(), uses[0]);
   runtime::GenerationRequest request;
   request.max_new_tokens = a.get_int("--max-tokens", 128, 1, 100000);
   request.sampling = parse_sampling(a);
@@ -72,37 +87,67 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   const at::ScalarType dtype = runtime::parse_model_dtype(a.get("--dtype").value_or("float32"));
 
   runtime::LoadedModel loaded = runtime::load_model(model_path, dtype);
-  const formats::BpeTokenizer& tok = *loaded.tokenizer;
-  if (tok.eos_id() >= 0) request.stop_token_ids.push_back(tok.eos_id());
-  if (a.has("--chat")) {
-    formats::ChatTemplate chat = formats::ChatTemplate::from_jinja(tok.chat_template());
-    prompt = chat.render({{"user", prompt}}, /*add_generation_prompt=*/true);
-    if (auto end = tok.token_id(chat.end_of_turn())) request.stop_token_ids.push_back(*end);
+  if (!loaded.tokenizer) {
+    throw ConfigError("the model has no tokenizer", {model_path, "tokenizer.json", "a tokenizer", "none",
+                                                     "add the checkpoint's tokenizer.json"});
   }
-  request.prompt = tok.encode(prompt);
-  if (request.prompt.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "nothing", ""});
+  const formats::BpeTokenizer& tok = *loaded.tokenizer;
+  adapters::AdapterRegistry registry(loaded.model->adapter_shape(), loaded.model->dtype());
+  for (const std::string& spec : a.get_all("--adapter")) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      throw ConfigError("bad --adapter value", {"", "--adapter", "NAME=PATH", spec, ""});
+    }
+    auto adapter = registry.load(spec.substr(0, eq), spec.substr(eq + 1));
+    log::info("adapter '" + adapter->name() + "' loaded: " + adapters::adapter_format_name(adapter->format()) +
+              ", rank " + std::to_string(adapter->min_rank()) + ".." + std::to_string(adapter->max_rank()) + ", " +
+              std::to_string(adapter->modules().size()) + " modules, " + std::to_string(adapter->num_bytes()) +
+              " bytes, hash " + adapter->content_hash());
+  }
+  if (tok.eos_id() >= 0) request.stop_token_ids.push_back(tok.eos_id());
+  std::optional<formats::ChatTemplate> chat;
+  if (a.has("--chat")) {
+    chat = formats::ChatTemplate::from_jinja(tok.chat_template());
+    if (auto end = tok.token_id(chat->end_of_turn())) request.stop_token_ids.push_back(*end);
+  }
+  std::vector<runtime::GenerationRequest> requests;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    runtime::GenerationRequest r = request;
+    const std::string text = chat ? chat->render({{"user", prompts[i]}}, /*add_generation_prompt=*/true) : prompts[i];
+    r.prompt = tok.encode(text);
+    if (r.prompt.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "nothing", ""});
+    if (!uses.empty() && uses[i] != "base") r.adapter = registry.require(uses[i]);
+    requests.push_back(std::move(r));
+  }
 
   log::Stopwatch watch;
+  const bool stream = requests.size() == 1;
   std::vector<runtime::GenerationOutput> results =
-      runtime::generate(*loaded.model, &tok, {request}, [&](const runtime::StreamEvent& e) {
-        out << e.text << std::flush;
+      runtime::generate(*loaded.model, &tok, requests, [&](const runtime::StreamEvent& e) {
+        if (stream) out << e.text << std::flush;
         return true;
       });
-  out << "\n";
-  const runtime::GenerationOutput& result = results[0];
-  if (request.logprobs) {
-    for (size_t i = 0; i < result.tokens.size(); ++i) {
-      char line[64];
-      std::snprintf(line, sizeof line, "\t%d\t%.5f\n", result.tokens[i], result.logprobs[i]);
-      out << "logprob\t" << tok.token_text(result.tokens[i]) << line;
-    }
-  }
   const double seconds = watch.seconds();
-  const size_t generated = result.tokens.size();
+  size_t generated = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const runtime::GenerationOutput& result = results[i];
+    if (!stream) out << "[" << i << " " << (uses.empty() ? "base" : uses[i]) << "] " << result.text;
+    out << "\n";
+    if (request.logprobs) {
+      for (size_t t = 0; t < result.tokens.size(); ++t) {
+        char line[64];
+        std::snprintf(line, sizeof line, "\t%d\t%.5f\n", result.tokens[t], result.logprobs[t]);
+        out << "logprob\t" << tok.token_text(result.tokens[t]) << line;
+      }
+    }
+    generated += result.tokens.size();
+  }
+  size_t prompt_tokens = 0;
+  for (const runtime::GenerationRequest& r : requests) prompt_tokens += r.prompt.size();
   char line[240];
   std::snprintf(line, sizeof line, "[prompt %zu tokens, generated %zu tokens in %.2f s, %.1f tokens/s, finish: %s]",
-                request.prompt.size(), generated, seconds, static_cast<double>(generated) / std::max(seconds, 1e-9),
-                runtime::finish_reason_name(result.finish_reason));
+                prompt_tokens, generated, seconds, static_cast<double>(generated) / std::max(seconds, 1e-9),
+                runtime::finish_reason_name(results[0].finish_reason));
   err << line << "\n";
   return 0;
 }

@@ -37,6 +37,14 @@ class ModelLoadError : public Error {
       : Error("model load error", message, std::move(context)) {}
 };
 
+// A LoRA adapter (PEFT directory, GGUF LoRA file) that cannot be loaded or does not fit
+// the base model.
+class AdapterLoadError : public Error {
+ public:
+  explicit AdapterLoadError(const std::string& message, ErrorContext context = {})
+      : Error("adapter load error", message, std::move(context)) {}
+};
+
 // A tokenizer vocabulary or text that cannot be handled.
 class TokenizerError : public Error {
  public:

@@ -21,6 +21,7 @@ constexpr NamedPreTokenizer kPreTokenizers[] = {
     {"starcoder", PreTokenizer::kDigitsThenGpt2},
     {"refact", PreTokenizer::kDigitsThenGpt2},
     {"command-r", PreTokenizer::kDigitsThenGpt2},
+    {"gpt2", PreTokenizer::kGpt2},
 };
 
 bool is_contraction(const std::vector<uint32_t>& cpts, size_t pos, size_t end, size_t* len) {
@@ -103,7 +104,6 @@ std::string supported_pre_tokenizer_names() {
 }
 
 void pre_tokenize(PreTokenizer kind, std::string_view text, PreTokenized& out) {
-  (void)kind;  // one kind so far: kDigitsThenGpt2
   out.bytes.clear();
   out.word_ends.clear();
   const std::vector<uint32_t> cpts = utf8_to_codepoints(text);
@@ -117,7 +117,9 @@ void pre_tokenize(PreTokenizer kind, std::string_view text, PreTokenized& out) {
   size_t chunk = 0;
   while (chunk < cpts.size()) {
     size_t chunk_end = chunk + 1;
-    if (cls[chunk] != CharClass::kNumber) {
+    if (kind == PreTokenizer::kGpt2) {
+      chunk_end = cpts.size();  // no digit pass: one chunk
+    } else if (cls[chunk] != CharClass::kNumber) {
       while (chunk_end < cpts.size() && cls[chunk_end] != CharClass::kNumber) ++chunk_end;
     }
     split_gpt2(cpts, cls, chunk, chunk_end, ends);

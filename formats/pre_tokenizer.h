@@ -14,7 +14,9 @@
 namespace lorakv::formats {
 
 // The pre-tokenizers lorakv implements, by their GGUF `tokenizer.ggml.pre` names.
-enum class PreTokenizer : uint8_t { kDigitsThenGpt2 };
+// kDigitsThenGpt2: SmolLM2's (every digit alone, then GPT-2's regex). kGpt2: GPT-2's
+// regex alone (llama.cpp "gpt2"; a tokenizer.json with a bare ByteLevel pre-tokenizer).
+enum class PreTokenizer : uint8_t { kDigitsThenGpt2, kGpt2 };
 
 // Looks up a `tokenizer.ggml.pre` name; false when lorakv does not implement it.
 bool pre_tokenizer_from_name(std::string_view name, PreTokenizer* out);

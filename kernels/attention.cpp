@@ -21,7 +21,9 @@ at::Tensor causal_attention(const AttentionInput& in) {
   at::Tensor q = in.q.view({tq, num_kv_heads, group, head_dim}).permute({1, 2, 0, 3}).reshape(
       {num_kv_heads, group * tq, head_dim});
   at::Tensor scores = at::matmul(q, in.k.transpose(1, 2)).mul_(in.scale);  // [Hkv, G*Tq, Tk]
-  at::Tensor allowed = in.k_positions.unsqueeze(0) <= in.q_positions.unsqueeze(1);  // [Tq, Tk]
+  at::Tensor distance = in.q_positions.unsqueeze(1) - in.k_positions.unsqueeze(0);  // [Tq, Tk]
+  at::Tensor allowed = distance >= 0;
+  if (in.window > 0) allowed.logical_and_(distance < in.window);
   scores = scores.view({num_kv_heads, group, tq, tk})
                .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
   // Softmax in float32 whatever the input dtype, as transformers does.

@@ -16,6 +16,7 @@ struct AttentionInput {
   at::Tensor q_positions;  // int64 [Tq]
   at::Tensor k_positions;  // int64 [Tk]
   double scale = 0;        // softmax scale, usually 1/sqrt(head_dim)
+  int64_t window = 0;      // > 0: sliding window, a query sees keys with q_pos - k_pos < window
 };
 
 // Each query attends to keys with position <= its own. Query heads map to KV heads in

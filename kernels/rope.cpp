@@ -1,6 +1,8 @@
 // kernels/rope.cpp: RoPE on ATen ops, matching transformers' float32 arithmetic order.
 #include "kernels/rope.h"
 
+#include <cmath>
+
 #include "common/errors.h"
 
 namespace lorakv::kernels {
@@ -10,6 +12,18 @@ at::Tensor rope_inv_freq(int64_t rotary_dim, double theta) {
   // transformers: 1 / (base ** (arange(0, dim, 2).float() / dim)), all float32.
   at::Tensor exponents = at::arange(0, rotary_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(rotary_dim);
   return 1.0 / at::pow(theta, exponents);
+}
+
+at::Tensor rope_llama3_scaling(const at::Tensor& inv_freq, double factor, double low_freq_factor,
+                               double high_freq_factor, double original_max_position) {
+  const double low_freq_wavelen = original_max_position / low_freq_factor;
+  const double high_freq_wavelen = original_max_position / high_freq_factor;
+  at::Tensor wavelen = 2 * M_PI / inv_freq;
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+  at::Tensor smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+  at::Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+  at::Tensor medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return at::where(medium, smoothed, scaled);
 }
 
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& positions, const at::Tensor& inv_freq) {

@@ -10,6 +10,13 @@ namespace lorakv::kernels {
 // transformers does. Returns float32 [rotary_dim / 2].
 at::Tensor rope_inv_freq(int64_t rotary_dim, double theta);
 
+// Llama 3.1 scaling of `inv_freq` (transformers' _compute_llama3_parameters): wavelengths
+// longer than original_max / low_freq_factor are divided by `factor`, shorter than
+// original_max / high_freq_factor kept, and those between blended smoothly.
+// inv_freq: float32 [D/2]. Returns float32 [D/2].
+at::Tensor rope_llama3_scaling(const at::Tensor& inv_freq, double factor, double low_freq_factor,
+                               double high_freq_factor, double original_max_position);
+
 // cos and sin tables for the given positions. positions: int64 [T];
 // inv_freq: float32 [D/2]. Returns {cos, sin}, each float32 [T, D] (halves duplicated).
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& positions, const at::Tensor& inv_freq);

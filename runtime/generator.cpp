@@ -64,9 +64,9 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
       if (live[i].done) continue;
       const SeqId seq(static_cast<int64_t>(i));
       if (first_step || !options.use_cache) {
-        batch.push_back({seq, live[i].context});
+        batch.push_back({seq, live[i].context, requests[i].adapter.get()});
       } else {
-        batch.push_back({seq, {live[i].context.back()}});
+        batch.push_back({seq, {live[i].context.back()}, requests[i].adapter.get()});
       }
       owner.push_back(i);
     }

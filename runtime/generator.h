@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;     // ends the sequence; the token is not shown as text
   std::vector<std::string> stop_strings;   // ends the sequence; the string is not shown
   bool logprobs = false;                   // record each generated token's log-probability
+  // The LoRA adapter to run with (null: the base model). Holding the shared_ptr pins it
+  // in its AdapterRegistry (unload refuses) for as long as the request lives.
+  std::shared_ptr<const adapters::Adapter> adapter;
 };
 
 enum class FinishReason { kLength, kStopToken, kStopString, kCallback };

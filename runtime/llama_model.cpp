@@ -3,6 +3,8 @@
 // runs per sequence, over that sequence's cached rows.
 #include "runtime/llama_model.h"
 
+#include <algorithm>
+
 #include "common/errors.h"
 #include "formats/gguf_file.h"
 #include "kernels/attention.h"
@@ -10,10 +12,27 @@
 
 namespace lorakv::runtime {
 
+namespace {
+
+// RoPE inverse frequencies with the config's scaling applied. float32 [head_dim / 2].
+at::Tensor make_inv_freq(const ModelConfig& c) {
+  at::Tensor inv_freq = kernels::rope_inv_freq(c.head_dim, c.rope_theta);
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == "linear") return inv_freq / s.factor;
+  if (s.type == "llama3") {
+    return kernels::rope_llama3_scaling(inv_freq, s.factor, s.low_freq_factor, s.high_freq_factor,
+                                        static_cast<double>(s.original_max_position));
+  }
+  LORAKV_ASSERT(s.type == "default", "unchecked rope scaling type " << s.type);
+  return inv_freq;
+}
+
+}  // namespace
+
 LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
-      inv_freq_(kernels::rope_inv_freq(config_.head_dim, config_.rope_theta)) {}
+      inv_freq_(make_inv_freq(config_)) {}
 
 std::unique_ptr<LlamaModel> LlamaModel::from_gguf(const formats::GgufFile& file, at::ScalarType dtype) {
   if (dtype != at::kFloat && dtype != at::kBFloat16) {
@@ -28,10 +47,74 @@ std::unique_ptr<KvCache> LlamaModel::make_cache() const {
   return std::make_unique<ContiguousKvCache>(config_.num_layers, config_.num_kv_heads, config_.head_dim, dtype());
 }
 
+adapters::BaseModelShape LlamaModel::adapter_shape() const {
+  const ModelConfig& c = config_;
+  return {c.architecture, c.num_layers, c.hidden_dim,      c.num_heads,
+          c.num_kv_heads, c.head_dim,   c.intermediate_dim, gguf_permutes_qk(c.architecture)};
+}
+
 at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, Module module, const StepPlan& plan) const {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const at::Tensor& bias = w.bias(module);
-  return bias.defined() ? at::linear(x, w.weight(module), bias) : at::linear(x, w.weight(module));
+  at::Tensor out = bias.defined() ? at::linear(x, w.weight(module), bias) : at::linear(x, w.weight(module));
+  if (plan.adapter_rows.empty()) return out;
+  // runtime::Module and adapters::ModuleId list the projections in the same order
+  // (checked by the adapters tests through module_name()).
+  const auto id = static_cast<adapters::ModuleId>(static_cast<int>(module));
+  std::vector<kernels::LoraSegment> segments;
+  for (const AdapterRows& g : plan.adapter_rows) {
+    if (const adapters::LoraModule* m = g.adapter->find(layer, id)) segments.push_back({g.rows, m->a, m->b});
+  }
+  if (!segments.empty()) kernels::lora_add(out, x, segments);
+  return out;
+}
+
+// Groups the batch's rows by adapter: adjacent sequences with one adapter form a range;
+// an adapter whose sequences are apart gets an index tensor (still one matmul pair).
+std::vector<AdapterRows> LlamaModel::plan_adapters(const std::vector<SequenceInput>& batch,
+                                                   const std::vector<int64_t>& offsets) const {
+  std::vector<const adapters::Adapter*> order;
+  std::vector<std::vector<size_t>> members;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const adapters::Adapter* a = batch[i].adapter;
+    if (a == nullptr) continue;
+    auto it = std::find(order.begin(), order.end(), a);
+    if (it == order.end()) {
+      const adapters::BaseModelShape want = adapter_shape(), have = a->base_shape();
+      if (have.num_layers != want.num_layers || have.hidden != want.hidden || have.num_heads != want.num_heads ||
+          have.num_kv_heads != want.num_kv_heads || have.head_dim != want.head_dim ||
+          have.intermediate != want.intermediate) {
+        throw ConfigError("adapter was loaded for another base model", {a->source(), a->name(), config_.name, "", ""});
+      }
+      if (a->dtype() != dtype()) {
+        throw ConfigError("adapter dtype differs from the model's",
+                          {a->source(), a->name(), c10::toString(dtype()), c10::toString(a->dtype()), ""});
+      }
+      order.push_back(a);
+      members.emplace_back();
+      it = order.end() - 1;
+    }
+    members[static_cast<size_t>(it - order.begin())].push_back(i);
+  }
+  std::vector<AdapterRows> out;
+  for (size_t g = 0; g < order.size(); ++g) {
+    const std::vector<size_t>& seqs = members[g];
+    bool adjacent = true;
+    for (size_t k = 1; k < seqs.size(); ++k) adjacent = adjacent && seqs[k] == seqs[k - 1] + 1;
+    AdapterRows rows{order[g], {}};
+    if (adjacent) {
+      rows.rows.begin = offsets[seqs.front()];
+      rows.rows.length = offsets[seqs.back() + 1] - rows.rows.begin;
+    } else {
+      std::vector<int64_t> idx;
+      for (size_t i : seqs) {
+        for (int64_t r = offsets[i]; r < offsets[i + 1]; ++r) idx.push_back(r);
+      }
+      rows.rows.rows = at::tensor(idx, at::kLong);
+    }
+    out.push_back(std::move(rows));
+  }
+  return out;
 }
 
 at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache& cache,
@@ -56,7 +139,7 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
   }
   const int64_t total = static_cast<int64_t>(ids.size());
   at::Tensor id_tensor = at::tensor(ids, at::kLong);  // [T]
-  const StepPlan plan{offsets, at::tensor(positions, at::kLong)};
+  const StepPlan plan{offsets, at::tensor(positions, at::kLong), plan_adapters(batch, offsets)};
   const at::Tensor& pos_tensor = plan.positions;
   auto [cos, sin] = kernels::rope_cos_sin(pos_tensor, inv_freq_);  // [T, D] each
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -78,7 +161,8 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
       KvView kv = cache.view(batch[i].seq, l);
       attn.narrow(0, begin, len)
           .copy_(kernels::causal_attention(
-              {q.narrow(0, begin, len), kv.k, kv.v, pos_tensor.narrow(0, begin, len), kv.positions, scale}));
+              {q.narrow(0, begin, len), kv.k, kv.v, pos_tensor.narrow(0, begin, len), kv.positions, scale,
+               c.sliding_window}));
     }
     hidden = hidden + project(attn.view({total, c.num_heads * c.head_dim}), l, Module::kO, plan);
 

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "adapters/adapter.h"
 #include "common/ids.h"
+#include "kernels/lora.h"
 #include "runtime/kv_cache.h"
 #include "runtime/model_config.h"
 #include "runtime/model_weights.h"
@@ -25,6 +27,15 @@ namespace lorakv::runtime {
 struct SequenceInput {
   SeqId seq;
   std::vector<int32_t> tokens;  // appended after the sequence's cached rows
+  // The LoRA adapter this sequence runs with; null for the base model. Not owned: the
+  // caller keeps it alive (pinned) for the call; its dtype must be the model's.
+  const adapters::Adapter* adapter = nullptr;
+};
+
+// The packed rows that run with one adapter (grouped over every sequence using it).
+struct AdapterRows {
+  const adapters::Adapter* adapter = nullptr;
+  kernels::LoraRows rows;  // one contiguous range when its sequences are adjacent, else indices
 };
 
 struct ForwardOptions {
@@ -35,6 +46,7 @@ struct ForwardOptions {
 struct StepPlan {
   std::vector<int64_t> offsets;  // rows of sequence i: [offsets[i], offsets[i+1]) of the packed batch
   at::Tensor positions;          // int64 [T]: each packed row's token position
+  std::vector<AdapterRows> adapter_rows;  // one entry per distinct adapter in the batch
 };
 
 class LlamaModel {
@@ -49,6 +61,8 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  // What adapters must fit (layers, widths, heads) for this model.
+  adapters::BaseModelShape adapter_shape() const;
 
   // A cache sized for this model.
   std::unique_ptr<KvCache> make_cache() const;
@@ -60,8 +74,11 @@ class LlamaModel {
   at::Tensor forward(const std::vector<SequenceInput>& batch, KvCache& cache, ForwardOptions options = {}) const;
 
  private:
-  // The one choke point for every linear projection of a layer: x [T, in] -> [T, out].
+  // The one choke point for every linear projection of a layer: x [T, in] -> [T, out]:
+  // the base matmul, then each adapter's shrink/expand over its rows (plan.adapter_rows).
   at::Tensor project(const at::Tensor& x, int64_t layer, Module module, const StepPlan& plan) const;
+  // Builds StepPlan::adapter_rows; throws ConfigError for an adapter of another model or dtype.
+  std::vector<AdapterRows> plan_adapters(const std::vector<SequenceInput>& batch, const std::vector<int64_t>& offsets) const;
 
   ModelConfig config_;
   ModelWeights weights_;

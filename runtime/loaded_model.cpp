@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "formats/gguf_file.h"
 #include "formats/tokenizer_gguf.h"
+#include "runtime/hf_checkpoint.h"
 
 namespace lorakv::runtime {
 
@@ -17,10 +18,18 @@ at::ScalarType parse_model_dtype(const std::string& name) {
 LoadedModel load_model(const std::string& path, at::ScalarType dtype) {
   log::Stopwatch watch;
   log::info("loading " + path);
-  std::unique_ptr<formats::GgufFile> file = formats::GgufFile::open(path);
   LoadedModel loaded;
-  loaded.tokenizer = std::make_unique<formats::BpeTokenizer>(formats::tokenizer_from_gguf(*file));
-  loaded.model = LlamaModel::from_gguf(*file, dtype);
+  if (is_hf_checkpoint(path)) {
+    ModelConfig config = read_hf_config(path);
+    ModelWeights weights = load_hf_weights(path, config, dtype);
+    loaded.model = std::make_unique<LlamaModel>(std::move(config), std::move(weights));
+    loaded.tokenizer = load_hf_tokenizer(path);
+    if (!loaded.tokenizer) log::warn("no tokenizer.json in " + path + ": token ids only");
+  } else {
+    std::unique_ptr<formats::GgufFile> file = formats::GgufFile::open(path);
+    loaded.tokenizer = std::make_unique<formats::BpeTokenizer>(formats::tokenizer_from_gguf(*file));
+    loaded.model = LlamaModel::from_gguf(*file, dtype);
+  }
   const ModelConfig& c = loaded.model->config();
   log::info(c.architecture + " model '" + c.name + "': " + std::to_string(c.num_layers) + " layers, hidden " +
             std::to_string(c.hidden_dim) + ", heads " + std::to_string(c.num_heads) + "/" +

@@ -11,14 +11,15 @@
 namespace lorakv::runtime {
 
 struct LoadedModel {
-  std::unique_ptr<formats::BpeTokenizer> tokenizer;
+  std::unique_ptr<formats::BpeTokenizer> tokenizer;  // may be null for an HF directory
   std::unique_ptr<LlamaModel> model;
 };
 
 // "float32" / "bfloat16" (also "f32", "bf16"); throws ConfigError listing the choices.
 at::ScalarType parse_model_dtype(const std::string& name);
 
-// Loads a GGUF model file with its tokenizer, weights in `dtype`. Throws ModelLoadError /
+// Loads a model with its tokenizer: a GGUF file, or a Hugging Face checkpoint directory
+// (config.json + safetensors; the tokenizer is null without tokenizer.json), weights in `dtype`. Throws ModelLoadError /
 // TokenizerError.
 LoadedModel load_model(const std::string& path, at::ScalarType dtype = at::kFloat);
 

@@ -76,6 +76,12 @@ ModelConfig read_model_config(const formats::GgufFile& f) {
   c.vocab_size = f.find_int(a + "vocab_size").value_or(embd.dims.size() == 2 ? embd.dims[1] : 0);
   require_positive(f, a + "vocab_size", c.vocab_size);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  if (auto scaling = f.find_string(a + "rope.scaling.type"); scaling && *scaling != "none") {
+    throw ModelLoadError("RoPE scaling in GGUF files is not supported yet",
+                         {f.path(), a + "rope.scaling.type", "none", "'" + *scaling + "'",
+                          "load the Hugging Face checkpoint directory instead"});
+  }
   return c;
 }
 

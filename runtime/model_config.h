@@ -12,6 +12,16 @@ class GgufFile;
 
 namespace lorakv::runtime {
 
+// RoPE frequency scaling. "default": none; "linear": every frequency / factor; "llama3":
+// Llama 3.1's band-wise rule (low frequencies / factor, high kept, a smooth blend between).
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0;
+  double low_freq_factor = 1.0;            // llama3
+  double high_freq_factor = 4.0;           // llama3
+  int64_t original_max_position = 8192;    // llama3
+};
+
 struct ModelConfig {
   std::string architecture;  // GGUF general.architecture, e.g. "llama"
   std::string name;          // general.name, for display
@@ -24,6 +34,9 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   int64_t context_length = 0;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  int64_t sliding_window = 0;   // > 0: attention sees only the last N positions (Mistral)
+  bool attention_bias = false;  // q/k/v projections have biases (Qwen2; Llama's attention_bias)
   double rms_norm_eps = 1e-5;
   bool tied_embeddings = true;  // no separate output.weight in the file
 };

@@ -81,48 +81,83 @@ at::Tensor unpermute_qk_rows(const at::Tensor& w, int64_t num_heads) {
   return w.reshape(shape).transpose(1, 2).reshape(w.sizes()).contiguous();
 }
 
-ModelWeights load_gguf_weights(const formats::GgufFile& file, const ModelConfig& c, at::ScalarType dtype) {
+ModelWeights assemble_weights(const ModelConfig& c, at::ScalarType dtype, const TensorFetcher& fetch) {
   const int64_t h = c.hidden_dim;
   const int64_t q_dim = c.num_heads * c.head_dim;
   const int64_t kv_dim = c.num_kv_heads * c.head_dim;
-  const bool unpermute = gguf_permutes_qk(c.architecture);
   log::Stopwatch watch;
+  auto get = [&](const std::string& name, std::vector<int64_t> shape) {
+    at::Tensor t = fetch(name, shape);
+    return t.scalar_type() == dtype ? t : t.to(dtype);
+  };
 
   ModelWeights w;
-  w.embed_tokens = load_tensor(file, "token_embd.weight", {c.vocab_size, h}, dtype);
-  w.final_norm = load_tensor(file, "output_norm.weight", {h}, dtype);
-  w.lm_head = c.tied_embeddings ? w.embed_tokens : load_tensor(file, "output.weight", {c.vocab_size, h}, dtype);
+  w.embed_tokens = get("model.embed_tokens.weight", {c.vocab_size, h});
+  w.final_norm = get("model.norm.weight", {h});
+  w.lm_head = c.tied_embeddings ? w.embed_tokens : get("lm_head.weight", {c.vocab_size, h});
   w.layers.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
+    const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights lw;
-    lw.attn_norm = load_tensor(file, p + "attn_norm.weight", {h}, dtype);
-    lw.q_proj = load_tensor(file, p + "attn_q.weight", {q_dim, h}, dtype);
-    lw.k_proj = load_tensor(file, p + "attn_k.weight", {kv_dim, h}, dtype);
-    if (unpermute) {
-      lw.q_proj = unpermute_qk_rows(lw.q_proj, c.num_heads);
-      lw.k_proj = unpermute_qk_rows(lw.k_proj, c.num_kv_heads);
+    lw.attn_norm = get(p + "input_layernorm.weight", {h});
+    lw.q_proj = get(p + "self_attn.q_proj.weight", {q_dim, h});
+    lw.k_proj = get(p + "self_attn.k_proj.weight", {kv_dim, h});
+    lw.v_proj = get(p + "self_attn.v_proj.weight", {kv_dim, h});
+    if (c.attention_bias) {
+      lw.q_bias = get(p + "self_attn.q_proj.bias", {q_dim});
+      lw.k_bias = get(p + "self_attn.k_proj.bias", {kv_dim});
+      lw.v_bias = get(p + "self_attn.v_proj.bias", {kv_dim});
     }
-    lw.v_proj = load_tensor(file, p + "attn_v.weight", {kv_dim, h}, dtype);
-    lw.o_proj = load_tensor(file, p + "attn_output.weight", {h, q_dim}, dtype);
-    lw.mlp_norm = load_tensor(file, p + "ffn_norm.weight", {h}, dtype);
-    lw.gate_proj = load_tensor(file, p + "ffn_gate.weight", {c.intermediate_dim, h}, dtype);
-    lw.up_proj = load_tensor(file, p + "ffn_up.weight", {c.intermediate_dim, h}, dtype);
-    lw.down_proj = load_tensor(file, p + "ffn_down.weight", {h, c.intermediate_dim}, dtype);
+    lw.o_proj = get(p + "self_attn.o_proj.weight", {h, q_dim});
+    lw.mlp_norm = get(p + "post_attention_layernorm.weight", {h});
+    lw.gate_proj = get(p + "mlp.gate_proj.weight", {c.intermediate_dim, h});
+    lw.up_proj = get(p + "mlp.up_proj.weight", {c.intermediate_dim, h});
+    lw.down_proj = get(p + "mlp.down_proj.weight", {h, c.intermediate_dim});
     for (const at::Tensor* t : {&lw.attn_norm, &lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.mlp_norm,
-                                &lw.gate_proj, &lw.up_proj, &lw.down_proj}) {
-      w.num_bytes += static_cast<int64_t>(t->nbytes());
+                                &lw.gate_proj, &lw.up_proj, &lw.down_proj, &lw.q_bias, &lw.k_bias, &lw.v_bias}) {
+      if (t->defined()) w.num_bytes += static_cast<int64_t>(t->nbytes());
     }
     w.layers.push_back(std::move(lw));
-    if ((l + 1) % 10 == 0 || l + 1 == c.num_layers) {
-      log::debug("loaded layer " + std::to_string(l + 1) + "/" + std::to_string(c.num_layers));
-    }
+    log::debug("loaded layer " + std::to_string(l + 1) + "/" + std::to_string(c.num_layers));
   }
   w.num_bytes += static_cast<int64_t>(w.embed_tokens.nbytes() + w.final_norm.nbytes());
   if (!c.tied_embeddings) w.num_bytes += static_cast<int64_t>(w.lm_head.nbytes());
-  log::info("loaded " + std::to_string(c.num_layers) + " layers, " + std::to_string(w.num_bytes >> 20) +
-            " MiB of " + std::string(c10::toString(dtype)) + " weights in " + std::to_string(watch.seconds()).substr(0, 4) + " s");
+  log::info("loaded " + std::to_string(c.num_layers) + " layers, " + std::to_string(w.num_bytes >> 20) + " MiB of " +
+            std::string(dtype == at::kFloat ? "float32" : dtype == at::kBFloat16 ? "bfloat16" : c10::toString(dtype)) + " weights in " + std::to_string(watch.seconds()).substr(0, 4) + " s");
   return w;
+}
+
+std::string gguf_tensor_name(const std::string& hf_name) {
+  static const std::pair<const char*, const char*> layer_names[] = {
+      {"input_layernorm.weight", "attn_norm.weight"},     {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},       {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},           {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},           {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},            {"mlp.down_proj.weight", "ffn_down.weight"}};
+  if (hf_name == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf_name == "model.norm.weight") return "output_norm.weight";
+  if (hf_name == "lm_head.weight") return "output.weight";
+  const std::string prefix = "model.layers.";
+  LORAKV_ASSERT(hf_name.rfind(prefix, 0) == 0, "no GGUF name for " << hf_name);
+  const size_t dot = hf_name.find('.', prefix.size());
+  const std::string layer = hf_name.substr(prefix.size(), dot - prefix.size());
+  const std::string rest = hf_name.substr(dot + 1);
+  for (const auto& [hf, gguf] : layer_names) {
+    if (rest == hf) return "blk." + layer + "." + gguf;
+  }
+  LORAKV_ASSERT(false, "no GGUF name for " << hf_name);
+  return "";
+}
+
+ModelWeights load_gguf_weights(const formats::GgufFile& file, const ModelConfig& c, at::ScalarType dtype) {
+  const bool unpermute = gguf_permutes_qk(c.architecture);
+  return assemble_weights(c, dtype, [&](const std::string& hf_name, const std::vector<int64_t>& shape) {
+    at::Tensor t = load_tensor(file, gguf_tensor_name(hf_name), shape, at::kFloat);
+    if (unpermute && hf_name.find(".self_attn.q_proj.") != std::string::npos) return unpermute_qk_rows(t, c.num_heads);
+    if (unpermute && hf_name.find(".self_attn.k_proj.") != std::string::npos) return unpermute_qk_rows(t, c.num_kv_heads);
+    return t;
+  });
 }
 
 }  // namespace lorakv::runtime

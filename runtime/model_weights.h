@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,17 @@ struct ModelWeights {
 // Inverse of llama.cpp's Q/K permutation: rows of each head go from interleaved pairs
 // (2j, 2j+1) back to halves (j, j + head_dim/2). w: [num_heads * head_dim, in].
 at::Tensor unpermute_qk_rows(const at::Tensor& w, int64_t num_heads);
+
+// Returns the float32 tensor of a Hugging Face-named weight ("model.layers.3.mlp.up_proj.
+// weight") in HF layout, checked against `shape`; throws ModelLoadError when missing.
+using TensorFetcher = std::function<at::Tensor(const std::string& hf_name, const std::vector<int64_t>& shape)>;
+
+// Builds the model's weights from any source of HF-named tensors, cast to `dtype`.
+ModelWeights assemble_weights(const ModelConfig& config, at::ScalarType dtype, const TensorFetcher& fetch);
+
+// The GGUF tensor name of an HF weight name ("model.layers.3.mlp.up_proj.weight" ->
+// "blk.3.ffn_up.weight").
+std::string gguf_tensor_name(const std::string& hf_name);
 
 // Loads and checks every tensor against `config`, dequantised to float32 and then cast to
 // `dtype` (at::kFloat or at::kBFloat16). Throws ModelLoadError naming any missing or

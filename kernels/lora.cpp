@@ -1,0 +1,90 @@
+// kernels/lora.cpp: segment-wise LoRA shrink/expand with ATen matmuls (CPU and CUDA alike:
+// the work is two GEMMs per segment, so the dispatch is ATen's).
+#include "kernels/lora.h"
+
+#include <c10/util/Exception.h>
+
+namespace lorakv::kernels {
+
+namespace {
+
+// Rows of one segment as indices.
+void append_rows(const LoraRows& r, std::vector<int64_t>& rows) {
+  if (r.rows.defined()) {
+    const at::Tensor idx = r.rows.to(at::kCPU).contiguous();
+    const int64_t* p = idx.data_ptr<int64_t>();
+    rows.insert(rows.end(), p, p + idx.numel());
+  } else {
+    for (int64_t i = 0; i < r.length; ++i) rows.push_back(r.begin + i);
+  }
+}
+
+// Decode-shaped batches (many adapters, a few rows each, one rank): gather each row's A
+// and B and run two batched matmuls for the whole batch (Punica's BGMV) instead of two
+// small GEMMs per adapter; the per-op overhead dominates at these sizes.
+void lora_add_gathered(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments) {
+  std::vector<int64_t> rows, group;
+  std::vector<at::Tensor> as, bs;
+  for (size_t g = 0; g < segments.size(); ++g) {
+    const size_t before = rows.size();
+    append_rows(segments[g].rows, rows);
+    group.insert(group.end(), rows.size() - before, static_cast<int64_t>(g));
+    as.push_back(segments[g].a);
+    bs.push_back(segments[g].b);
+  }
+  if (rows.empty()) return;
+  const at::Tensor row_idx = at::tensor(rows, at::kLong).to(x.device());
+  const at::Tensor group_idx = at::tensor(group, at::kLong).to(x.device());
+  const at::Tensor a = at::stack(as).index_select(0, group_idx);  // [n, r, in]
+  const at::Tensor b = at::stack(bs).index_select(0, group_idx);  // [n, out, r]
+  const at::Tensor xs = x.index_select(0, row_idx).unsqueeze(2);  // [n, in, 1]
+  const at::Tensor delta = at::bmm(b, at::bmm(a, xs)).squeeze(2);  // [n, out]
+  out.index_add_(0, row_idx, delta);
+}
+
+}  // namespace
+
+void lora_add(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments) {
+  TORCH_CHECK(x.dim() == 2 && out.dim() == 2 && x.size(0) == out.size(0), "lora_add: x [T, in] and out [T, out] expected, got ",
+              x.sizes(), " and ", out.sizes());
+  bool same_rank = segments.size() >= 3;
+  int64_t covered = 0;
+  for (const LoraSegment& s : segments) {
+    same_rank = same_rank && s.a.dim() == 2 && s.a.size(0) == segments[0].a.size(0);
+    covered += s.rows.rows.defined() ? s.rows.rows.numel() : s.rows.length;
+  }
+  if (same_rank && covered <= 2 * static_cast<int64_t>(segments.size())) {
+    for (const LoraSegment& s : segments) {
+      TORCH_CHECK(s.a.size(1) == x.size(1) && s.b.dim() == 2 && s.b.size(0) == out.size(1) && s.b.size(1) == s.a.size(0) &&
+                      s.a.scalar_type() == x.scalar_type() && s.b.scalar_type() == x.scalar_type(),
+                  "lora_add: A [r, ", x.size(1), "] and B [", out.size(1), ", r] in ", x.scalar_type(), " expected, got ",
+                  s.a.sizes(), " and ", s.b.sizes());
+    }
+    lora_add_gathered(out, x, segments);
+    return;
+  }
+  for (const LoraSegment& s : segments) {
+    TORCH_CHECK(s.a.dim() == 2 && s.b.dim() == 2 && s.a.size(1) == x.size(1) && s.b.size(0) == out.size(1) &&
+                    s.a.size(0) == s.b.size(1),
+                "lora_add: A [r, ", x.size(1), "] and B [", out.size(1), ", r] expected, got ", s.a.sizes(), " and ",
+                s.b.sizes());
+    TORCH_CHECK(s.a.scalar_type() == x.scalar_type() && s.b.scalar_type() == x.scalar_type(),
+                "lora_add: adapter dtype ", s.a.scalar_type(), " differs from the activations' ", x.scalar_type());
+    if (s.rows.rows.defined()) {
+      const at::Tensor& idx = s.rows.rows;
+      if (idx.numel() == 0) continue;
+      const at::Tensor xs = x.index_select(0, idx);                 // [n, in]
+      const at::Tensor delta = at::matmul(at::matmul(xs, s.a.t()), s.b.t());  // [n, out]
+      out.index_add_(0, idx, delta);
+    } else {
+      if (s.rows.length == 0) continue;
+      TORCH_CHECK(s.rows.begin >= 0 && s.rows.begin + s.rows.length <= x.size(0), "lora_add: rows [", s.rows.begin, ", ",
+                  s.rows.begin + s.rows.length, ") outside the batch of ", x.size(0));
+      const at::Tensor xs = x.narrow(0, s.rows.begin, s.rows.length);  // [n, in]
+      at::Tensor dst = out.narrow(0, s.rows.begin, s.rows.length);     // [n, out], a view
+      dst.addmm_(at::matmul(xs, s.a.t()), s.b.t());
+    }
+  }
+}
+
+}  // namespace lorakv::kernels
