@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "tests/support/test_settings.h"
@@ -66,6 +67,52 @@ TEST(GgufFile, ReadsEveryPartOfAHandMadeFile) {
   EXPECT_EQ(v.offset % 32, 0u);
   dequantize_to_f32(v.type(), v.data, out, 3);
   EXPECT_EQ(out[2], 11.0f);
+}
+
+// Little-endian bytes of a value, for add_raw.
+template <typename T>
+std::vector<uint8_t> le_bytes(T v) {
+  std::vector<uint8_t> out(sizeof(T));
+  std::memcpy(out.data(), &v, sizeof(T));
+  return out;
+}
+
+TEST(GgufFile, ReadsEveryScalarTypeAndNestedArrays) {
+  GgufBuilder b;
+  b.add_raw("u8", 0, le_bytes<uint8_t>(250));
+  b.add_raw("i8", 1, le_bytes<int8_t>(-100));
+  b.add_raw("u16", 2, le_bytes<uint16_t>(65000));
+  b.add_raw("i16", 3, le_bytes<int16_t>(-30000));
+  b.add_raw("i32", 5, le_bytes<int32_t>(-2000000000));
+  b.add_raw("u64", 10, le_bytes<uint64_t>(uint64_t{1} << 40));
+  b.add_raw("i64", 11, le_bytes<int64_t>(-(int64_t{1} << 50)));
+  b.add_raw("f64", 12, le_bytes<double>(0.1));
+  // array<array<u16>> = [[1, 2], [3]]
+  std::vector<uint8_t> nested = le_bytes<uint32_t>(9);
+  for (auto part : {le_bytes<uint64_t>(2), le_bytes<uint32_t>(2), le_bytes<uint64_t>(2), le_bytes<uint16_t>(1),
+                    le_bytes<uint16_t>(2), le_bytes<uint32_t>(2), le_bytes<uint64_t>(1), le_bytes<uint16_t>(3)}) {
+    nested.insert(nested.end(), part.begin(), part.end());
+  }
+  b.add_raw("nested", 9, nested);
+  const std::string path = temp_path("alltypes.gguf");
+  b.write(path);
+  auto f = GgufFile::open(path);
+  EXPECT_EQ(f->get_int("u8"), 250);
+  EXPECT_EQ(f->get_int("i8"), -100);
+  EXPECT_EQ(f->get_int("u16"), 65000);
+  EXPECT_EQ(f->get_int("i16"), -30000);
+  EXPECT_EQ(f->get_int("i32"), -2000000000);
+  EXPECT_EQ(f->get_int("u64"), int64_t{1} << 40);
+  EXPECT_EQ(f->get_int("i64"), -(int64_t{1} << 50));
+  EXPECT_EQ(f->get_float("f64"), 0.1);
+  EXPECT_EQ(f->get_float("u8"), 250.0);  // numbers widen to float on request
+  const GgufValue* n = f->find("nested");
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->describe(), "array<array>[2]");
+  ASSERT_EQ(n->array.size(), 2u);
+  EXPECT_EQ(n->array[0].array.size(), 2u);
+  EXPECT_EQ(n->array[1].array[0].u, 3u);
+  EXPECT_THROW(f->get_int_array("nested"), ModelLoadError);  // elements are arrays, not integers
 }
 
 TEST(GgufFile, HonoursACustomAlignment) {
