@@ -101,8 +101,23 @@ TEST(PreTokenizer, KnowsItsNames) {
   PreTokenizer kind;
   EXPECT_TRUE(pre_tokenizer_from_name("smollm", &kind));
   EXPECT_TRUE(pre_tokenizer_from_name("starcoder", &kind));
+  EXPECT_EQ(kind, PreTokenizer::kDigitsThenGpt2);
+  EXPECT_TRUE(pre_tokenizer_from_name("gpt2", &kind));
+  EXPECT_EQ(kind, PreTokenizer::kGpt2);
   EXPECT_FALSE(pre_tokenizer_from_name("llama3", &kind));
-  EXPECT_EQ(supported_pre_tokenizer_names(), "smollm, starcoder, refact, command-r");
+  EXPECT_EQ(supported_pre_tokenizer_names(), "smollm, starcoder, refact, command-r, gpt2");
+}
+
+TEST(PreTokenizer, Gpt2KindKeepsDigitRunsTogether) {
+  PreTokenized out;
+  pre_tokenize(PreTokenizer::kGpt2, "Hello world! 123", out);
+  Words w;
+  uint32_t start = 0;
+  for (uint32_t end : out.word_ends) {
+    w.push_back(out.bytes.substr(start, end - start));
+    start = end;
+  }
+  EXPECT_EQ(w, (Words{"Hello", " world", "!", " 123"}));
 }
 
 TEST(PreTokenizer, SplitsEveryDigit) {
