@@ -5,7 +5,8 @@
 //
 // Metrics (tokens per second, median of --reps timed runs after --warmup untimed ones):
 //   prefill_512       one forward over a fresh 512-token prompt
-//   decode_b1         --decode-tokens greedy steps of 1 sequence after its 512-token prompt
+//   decode_b1         blocks of --decode-tokens greedy steps of 1 sequence after its
+//                     512-token prompt (one prefill, then warmup + reps consecutive blocks)
 //   decode_b8         the same for 8 sequences (8 different 512-token prompts) in one batch
 // Decode timing excludes the prompt's forward (which yields the first token); each timed
 // step is a one-token forward per sequence over the KV cache plus the argmax, both sides.
@@ -126,24 +127,30 @@ double prefill_seconds(const LlamaModel& model, const std::vector<int32_t>& prom
   return watch.seconds();
 }
 
-// Prefills every prompt (untimed, it yields the first token), then times `steps` greedy
-// one-token steps of the whole batch. `tokens` receives the first sequence's greedy ids.
-double decode_seconds(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts, int steps,
+// Prefills every prompt once (untimed; it yields the first token), then times
+// warmup + reps consecutive blocks of `steps` greedy one-token steps of the whole batch
+// (the context grows by `steps` per block). Returns the median block's seconds; `tokens`
+// receives the first sequence's greedy ids of the prefill and the first block.
+double decode_seconds(const Options& o, const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
                       std::vector<int32_t>* tokens) {
   auto cache = model.make_cache();
   std::vector<SequenceInput> batch;
   for (size_t i = 0; i < prompts.size(); ++i) batch.push_back({lorakv::SeqId(static_cast<int64_t>(i)), prompts[i]});
   at::Tensor next = model.forward(batch, *cache).argmax(1);  // int64 [B]
   if (tokens) tokens->assign(1, static_cast<int32_t>(next[0].item<int64_t>()));
-  lorakv::log::Stopwatch watch;
-  for (int s = 0; s < steps; ++s) {
-    const at::Tensor ids = next.contiguous();
-    const int64_t* p = ids.data_ptr<int64_t>();
-    for (size_t i = 0; i < batch.size(); ++i) batch[i].tokens = {static_cast<int32_t>(p[i])};
-    next = model.forward(batch, *cache).argmax(1);
-    if (tokens) tokens->push_back(static_cast<int32_t>(next[0].item<int64_t>()));
-  }
-  return watch.seconds();
+  return time_median(o, [&] {
+    lorakv::log::Stopwatch watch;
+    for (int s = 0; s < o.decode_tokens; ++s) {
+      const at::Tensor ids = next.contiguous();
+      const int64_t* p = ids.data_ptr<int64_t>();
+      for (size_t i = 0; i < batch.size(); ++i) batch[i].tokens = {static_cast<int32_t>(p[i])};
+      next = model.forward(batch, *cache).argmax(1);
+      if (tokens && static_cast<int>(tokens->size()) <= o.decode_tokens) {
+        tokens->push_back(static_cast<int32_t>(next[0].item<int64_t>()));
+      }
+    }
+    return watch.seconds();
+  });
 }
 
 // metric -> value rows of the transformers side's CSV ("metric,value").
@@ -203,8 +210,11 @@ int run(const Options& o) {
   ours[prefill_name] = o.prompt_tokens / time_median(o, [&] { return prefill_seconds(model, prompts[0]); });
   std::vector<int32_t> greedy;
   const int steps = o.decode_tokens;
-  ours[b1_name] = steps / time_median(o, [&] { return decode_seconds(model, {prompts[0]}, steps, &greedy); });
-  ours[bn_name] = o.batch * steps / time_median(o, [&] { return decode_seconds(model, prompts, steps, nullptr); });
+  ours[b1_name] = steps / decode_seconds(o, model, {prompts[0]}, &greedy);
+  ours[bn_name] = o.batch * steps / decode_seconds(o, model, prompts, nullptr);
+
+  for (const auto& [name, value] : ours) std::printf("lorakv %s = %.2f\n", name.c_str(), value);
+  std::fflush(stdout);
 
   std::map<std::string, std::string> hf;
   if (!o.python.empty()) hf = run_python(o, prompts, threads);

@@ -4,7 +4,8 @@
 
 Metrics, tokens per second, median of --reps timed runs after --warmup untimed ones:
   prefill_<N>_tok_s   one forward over the first prompt (a fresh cache)
-  decode_b1_tok_s     --decode-tokens greedy one-token steps of the first prompt
+  decode_b1_tok_s     blocks of --decode-tokens greedy one-token steps of the first prompt
+                      (one prefill, then warmup + reps consecutive blocks)
   decode_b<B>_tok_s   the same for all B prompts as one batch (equal lengths: no padding)
 Decode timing excludes the prompt's forward (which yields the first token). Greedy with
 use_cache, under torch.inference_mode, default attention (sdpa). Also writes
@@ -23,7 +24,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM
+
+transformers.utils.logging.disable_progress_bar()
 
 
 def timed_median(fn, warmup: int, reps: int) -> float:
@@ -42,20 +46,25 @@ def prefill_seconds(model, ids: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
-def decode_seconds(model, ids: torch.Tensor, steps: int, tokens=None) -> float:
+def decode_seconds(model, ids: torch.Tensor, steps: int, warmup: int, reps: int, tokens=None) -> float:
+    """One prefill, then warmup + reps consecutive blocks of `steps` greedy steps; the
+    median block's seconds. `tokens` gets the first sequence's ids (prefill + first block)."""
     out = model(ids, use_cache=True)
-    past = out.past_key_values
-    nxt = out.logits[:, -1].argmax(-1, keepdim=True)  # [B, 1]
+    state = {"past": out.past_key_values, "next": out.logits[:, -1].argmax(-1, keepdim=True)}  # next: [B, 1]
     if tokens is not None:
-        tokens[:] = [int(nxt[0, 0])]
-    start = time.perf_counter()
-    for _ in range(steps):
-        out = model(nxt, past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-        if tokens is not None:
-            tokens.append(int(nxt[0, 0]))
-    return time.perf_counter() - start
+        tokens[:] = [int(state["next"][0, 0])]
+
+    def block() -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            o = model(state["next"], past_key_values=state["past"], use_cache=True)
+            state["past"] = o.past_key_values
+            state["next"] = o.logits[:, -1].argmax(-1, keepdim=True)
+            if tokens is not None and len(tokens) <= steps:
+                tokens.append(int(state["next"][0, 0]))
+        return time.perf_counter() - start
+
+    return timed_median(block, warmup, reps)
 
 
 def main() -> int:
@@ -87,10 +96,9 @@ def main() -> int:
     greedy = []
     with torch.inference_mode():
         rows[f"prefill_{n}_tok_s"] = n / timed_median(lambda: prefill_seconds(model, one), args.warmup, args.reps)
-        rows["decode_b1_tok_s"] = steps / timed_median(lambda: decode_seconds(model, one, steps, greedy),
-                                                       args.warmup, args.reps)
-        rows[f"decode_b{len(prompts)}_tok_s"] = len(prompts) * steps / timed_median(
-            lambda: decode_seconds(model, batch, steps), args.warmup, args.reps)
+        rows["decode_b1_tok_s"] = steps / decode_seconds(model, one, steps, args.warmup, args.reps, greedy)
+        rows[f"decode_b{len(prompts)}_tok_s"] = len(prompts) * steps / decode_seconds(
+            model, batch, steps, args.warmup, args.reps)
     with open(args.out, "w") as f:
         for k, v in rows.items():
             f.write(f"{k},{v}\n")

@@ -101,7 +101,11 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
         s.done = true;
         out.finish_reason = FinishReason::kLength;
       }
-      if (s.done && s.decoder && !s.stops->stopped()) event.text += s.stops->push(s.decoder->flush()) + s.stops->finish();
+      if (s.done && s.decoder && !s.stops->stopped()) {
+        // Two statements: the flush must reach the filter before finish() empties it.
+        event.text += s.stops->push(s.decoder->flush());
+        event.text += s.stops->finish();
+      }
       event.finished = s.done;
       out.text += event.text;
       if (on_event && !on_event(event) && !s.done) {
