@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Free-running agentic QA episodes: planner, actor and reflector adapters take turns.
+
+The reference for lorakv's react workflow. Each episode starts from the system and user
+turns; then, per round, the planner generates after `<|im_start|>planner\\n`, the actor
+after `<|im_start|>actor\\n`, and the actor's action is executed (Lookup against the
+split's knowledge base, Calculate on `a - b`); its output is appended as a tool turn.
+After a Finish the reflector generates its verdict and the episode ends. Decoding is
+greedy; generated tokens are appended as generated (with <|im_end|> forced if the turn
+hits the token limit), then "\\n". Every agent keeps its own KV cache of the whole
+trajectory (lorakv's `full` mode, exact), so it only prefills tokens it has not seen.
+
+Success: the Finish argument equals the gold answer. Also reported: whether the
+reflector's verdict agrees with the episode's actual correctness.
+
+usage: run_episodes.py [--set qv_shared_a] [--split test] [--n 100] --out FILE
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (ADAPTER_DIR, DATA_DIR, IM_END_ID, ROLES, Tokenizer, Turn, header,  # noqa: E402
+                    flatten, load_base_model, parse_action, read_jsonl, tokenize_turns, wilson)
+from generate_data import calc  # noqa: E402
+
+import torch  # noqa: E402
+from transformers import DynamicCache  # noqa: E402
+
+
+class Episode:
+    """One trajectory's token ids and each agent's KV cache over a prefix of them."""
+
+    def __init__(self, tok: Tokenizer, question: str, system: str) -> None:
+        self.tok = tok
+        self.ids = flatten(tokenize_turns(tok, [Turn("system", system), Turn("user", question)]))
+        self.caches: dict[str, DynamicCache] = {r: DynamicCache() for r in ROLES}
+        self.nl = tok.encode("\n")
+        self.log: list[str] = []
+
+    def generate(self, model: Any, adapter: str, role: str, max_new: int) -> str:
+        """Append the role's header, decode greedily until <|im_end|>, append the turn; its text."""
+        self.ids += self.tok.encode(header(role))
+        model.set_adapter(adapter)
+        lm = model.base_model.model
+        cache = self.caches[role]
+        new = self.ids[cache.get_seq_length():]
+        gen: list[int] = []
+        with torch.no_grad():
+            out = lm(input_ids=torch.tensor([new]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+            for _ in range(max_new):
+                nxt = int(out.logits[0, -1].argmax())
+                gen.append(nxt)
+                if nxt == IM_END_ID:
+                    break
+                out = lm(input_ids=torch.tensor([[nxt]]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        if gen[-1] != IM_END_ID:
+            gen.append(IM_END_ID)
+        self.ids += gen + self.nl
+        text = self.tok.decode(gen[:-1])
+        self.log.append(f"[{role}] {text}")
+        return text
+
+    def tool(self, text: str) -> None:
+        """Append a tool turn."""
+        self.ids += self.tok.encode(header("tool") + text) + [IM_END_ID] + self.nl
+        self.log.append(f"[tool] {text}")
+
+
+def run_one(model: Any, set_name: str, tok: Tokenizer, rec: dict[str, Any], kb: dict[str, str],
+            max_rounds: int, max_new: int) -> dict[str, Any]:
+    """Play one episode; a row for the CSV."""
+    system = rec["turns"][0]["text"]
+    ep = Episode(tok, rec["question"], system)
+    name = lambda r: f"{set_name}__{r}"  # noqa: E731
+    answer, verdict, rounds, consistent = None, None, 0, True
+    for rounds in range(1, max_rounds + 1):
+        plan = ep.generate(model, name("planner"), "planner", max_new)
+        act_text = ep.generate(model, name("actor"), "actor", max_new)
+        act = parse_action(act_text)
+        planned = plan.rsplit("Action:", 1)[-1].strip() if "Action:" in plan else ""
+        if act is None:
+            consistent = False
+            ep.tool("Error: unknown action.")
+            continue
+        consistent &= planned == act[0]
+        if act[0] == "Lookup":
+            ep.tool(kb.get(act[1].strip(), "No document found."))
+        elif act[0] == "Calculate":
+            ep.tool(calc(act[1]))
+        else:
+            answer = act[1].strip()
+            ref = ep.generate(model, name("reflector"), "reflector", max_new)
+            v = ref.split("Verdict:", 1)[-1].strip().rstrip(".") if "Verdict:" in ref else ref
+            verdict = v if v in ("right", "wrong") else f"other:{v[:20]}"
+            break
+    success = answer is not None and answer == rec["answer"]
+    return dict(id=rec["id"], kind=rec["kind"], question=rec["question"], gold=rec["answer"],
+                answer="" if answer is None else answer, success=int(success), finished=int(answer is not None),
+                rounds=rounds, verdict=verdict or "", verdict_agrees=int(verdict == ("right" if success else "wrong")),
+                planner_actor_consistent=int(consistent), tokens=len(ep.ids), transcript=" | ".join(ep.log))
+
+
+def rejudge(model: Any, args: argparse.Namespace, tok: Tokenizer, recs: list[dict[str, Any]], t0: float) -> int:
+    """Rerun the reflector on the episodes of an earlier CSV (same planner/actor/tool turns).
+
+    The earlier turns are re-tokenized from their text (turn by turn, as in training), which
+    can differ from the ids generated in the original run only where a generated token
+    sequence was not the canonical tokenization of its text.
+    """
+    by_id = {r["id"]: r for r in recs}
+    with open(args.rejudge, newline="", encoding="utf-8") as f:
+        old = list(csv.DictReader(f))
+    rows = []
+    for row in old:
+        rec = by_id[row["id"]]
+        parts = row["transcript"].split(" | [")
+        turns = [Turn("system", rec["turns"][0]["text"]), Turn("user", rec["question"])]
+        for p in parts:
+            role, text = p.lstrip("[").split("] ", 1)
+            if role != "reflector":
+                turns.append(Turn(role, text))
+        verdict = ""
+        if row["finished"] == "1":
+            ep = Episode(tok, rec["question"], rec["turns"][0]["text"])
+            ep.ids = flatten(tokenize_turns(tok, turns))
+            ref = ep.generate(model, f"{args.set}__reflector", "reflector", args.max_new)
+            v = ref.split("Verdict:", 1)[-1].strip().rstrip(".") if "Verdict:" in ref else ref
+            verdict = v if v in ("right", "wrong") else f"other:{v[:20]}"
+            parts = [p for p in parts if not p.startswith("reflector] ")] + [f"reflector] {ref}"]
+        success = row["success"] == "1"
+        row.update(verdict=verdict, verdict_agrees=int(verdict == ("right" if success else "wrong")),
+                   transcript=" | [".join(parts))
+        rows.append(row)
+        print(f"{len(rows)}/{len(old)} success {int(success)} verdict={verdict} ({time.time() - t0:.0f}s)", flush=True)
+    with open(args.out, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    fin = [r for r in rows if r["finished"] == "1"]
+    k = sum(int(r["verdict_agrees"]) for r in fin)
+    lo, hi = wilson(k, len(fin))
+    print(f"{args.set} verdict_agrees: {k}/{len(fin)} = {k / max(1, len(fin)):.3f} [{lo:.3f}, {hi:.3f}]")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", default="qv_shared_a", help="adapter set under --adapters")
+    ap.add_argument("--adapters", type=Path, default=ADAPTER_DIR)
+    ap.add_argument("--data", type=Path, default=DATA_DIR)
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--n", type=int, default=100, help="first n questions of the split")
+    ap.add_argument("--max-rounds", type=int, default=6, help="planner+actor rounds per episode")
+    ap.add_argument("--max-new", type=int, default=40, help="token limit per agent turn")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rejudge", type=Path, default=None,
+                    help="episodes CSV: keep its planner/actor/tool turns, rerun only the reflector")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    tok = Tokenizer()
+    kb = {r["name"]: r["document"] for r in read_jsonl(args.data / f"kb_{args.split}.jsonl")}
+    recs = list(read_jsonl(args.data / f"{args.split}.jsonl"))[:args.n]
+
+    from peft import PeftModel
+
+    model = None
+    for role in ROLES:
+        path = str(args.adapters / args.set / role)
+        if model is None:
+            model = PeftModel.from_pretrained(load_base_model(), path, adapter_name=f"{args.set}__{role}")
+        else:
+            model.load_adapter(path, adapter_name=f"{args.set}__{role}")
+    model.eval()
+
+    if args.rejudge is not None:
+        return rejudge(model, args, tok, recs, t0)
+    rows = []
+    for i, rec in enumerate(recs):
+        row = run_one(model, args.set, tok, rec, kb, args.max_rounds, args.max_new)
+        rows.append(dict(set=args.set, **row))
+        k = sum(r["success"] for r in rows)
+        print(f"{i + 1}/{len(recs)} success {row['success']} ({k}/{i + 1}) answer={row['answer']!r} "
+              f"gold={row['gold']!r} verdict={row['verdict']} ({time.time() - t0:.0f}s)", flush=True)
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    for key in ("success", "finished", "verdict_agrees", "planner_actor_consistent"):
+        # verdict agreement is over finished episodes only (no Finish, no verdict)
+        sel = [r for r in rows if r["finished"] or key != "verdict_agrees"]
+        n, k = len(sel), sum(r[key] for r in sel)
+        lo, hi = wilson(k, n)
+        print(f"{args.set} {key}: {k}/{n} = {k / max(1, n):.3f} [{lo:.3f}, {hi:.3f}]")
+    print(f"wrote {args.out} in {time.time() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

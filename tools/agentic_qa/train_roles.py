@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Train one role's LoRA adapter (PEFT) on the agentic QA trajectories.
+
+One forward per trajectory: the loss covers only the role's own spans (turn text plus
+its <|im_end|>), and the LM head runs only at those positions. The trajectory is cut
+after the role's last trained span. `--shared-a-from DIR` copies v_proj's lora_A from
+another adapter (the planner's) and freezes it, as LRAgent does for its shared-A set.
+The saved adapter is PEFT's layout with the tensors rewritten in float16.
+
+usage: train_roles.py --role planner --targets q_proj,v_proj --out DIR [--shared-a-from DIR] ...
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (DATA_DIR, REPO, ROLES, Tokenizer, flatten, load_base_model,  # noqa: E402
+                    read_jsonl, tokenize_turns, turns_of)
+
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+ALL_LINEAR = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+PAD_ID = 2
+
+
+def build_example(tok: Tokenizer, rec: dict[str, Any], role: str) -> tuple[list[int], list[int]] | None:
+    """(ids, label positions) for one trajectory; position t predicts ids[t + 1].
+
+    The sequence is cut after the role's last trained span; None if it has none.
+    """
+    segs = tokenize_turns(tok, turns_of(rec))
+    ids: list[int] = []
+    pos: list[int] = []
+    end = 0
+    for s in segs:
+        if s.role == role and s.train:
+            start = len(ids)
+            pos.extend(range(start - 1, start + len(s.ids) - 1))
+            end = start + len(s.ids)
+        ids.extend(s.ids)
+    if not pos:
+        return None
+    return ids[:end], pos
+
+
+def batches(examples: list[tuple[list[int], list[int]]], batch: int, steps: int,
+            rng: random.Random) -> list[list[int]]:
+    """`steps` batches of example indices: epochs of shuffled data, similar lengths grouped."""
+    out: list[list[int]] = []
+    while len(out) < steps:
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        chunk = batch * 8
+        epoch: list[list[int]] = []
+        for c in range(0, len(order), chunk):
+            part = sorted(order[c:c + chunk], key=lambda i: len(examples[i][0]))
+            epoch.extend(part[b:b + batch] for b in range(0, len(part), batch) if len(part[b:b + batch]) == batch)
+        rng.shuffle(epoch)
+        out.extend(epoch)
+    return out[:steps]
+
+
+def collate(examples: list[tuple[list[int], list[int]]], idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids [B, T] and the flat (row, position, target) of every label."""
+    T = max(len(examples[i][0]) for i in idx)
+    x = torch.full((len(idx), T), PAD_ID, dtype=torch.long)
+    rows, cols = [], []
+    for r, i in enumerate(idx):
+        ids, pos = examples[i]
+        x[r, :len(ids)] = torch.tensor(ids)
+        rows.extend([r] * len(pos))
+        cols.extend(pos)
+    rows_t, cols_t = torch.tensor(rows), torch.tensor(cols)
+    return x, rows_t, cols_t, x[rows_t, cols_t + 1]
+
+
+def role_loss(lm: Any, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, tgt: torch.Tensor,
+              bf16: bool) -> torch.Tensor:
+    """Mean cross-entropy at the label positions; the LM head runs only there.
+
+    Right padding needs no attention mask: causal attention keeps pads out of real tokens.
+    """
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        h = lm.model(input_ids=x).last_hidden_state
+        logits = lm.lm_head(h[rows, cols])
+    return torch.nn.functional.cross_entropy(logits.float(), tgt)
+
+
+def save_fp16(model: Any, out: Path, base_name: str) -> None:
+    """save_pretrained (safetensors), then rewrite the tensors in float16 and fix the config."""
+    model.save_pretrained(str(out), safe_serialization=True)
+    f = out / "adapter_model.safetensors"
+    tensors = {k: v.to(torch.float16).contiguous() for k, v in load_file(str(f)).items()}
+    save_file(tensors, str(f), metadata={"format": "pt"})
+    cfg_path = out / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["base_model_name_or_path"] = base_name
+    if isinstance(cfg.get("target_modules"), list):
+        cfg["target_modules"] = sorted(cfg["target_modules"])
+    (out / "README.md").unlink(missing_ok=True)  # PEFT's empty model card
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--role", choices=ROLES, required=True)
+    ap.add_argument("--targets", default="q_proj,v_proj", help=f"comma list, or 'all' for {ALL_LINEAR}")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--shared-a-from", type=Path, default=None,
+                    help="adapter dir whose v_proj lora_A is copied and frozen")
+    ap.add_argument("--data", type=Path, default=DATA_DIR)
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--alpha", type=float, default=16.0)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--val-n", type=int, default=32, help="val trajectories for the final loss")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward/backward")
+    args = ap.parse_args()
+
+    t_start = time.time()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    rng = random.Random(args.seed)
+    targets = ALL_LINEAR.split(",") if args.targets == "all" else args.targets.split(",")
+    args.out.mkdir(parents=True, exist_ok=True)
+    log_f = open(args.out / "train_log.txt", "w", encoding="utf-8")
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        log_f.write(msg + "\n")
+        log_f.flush()
+
+    rel = lambda p: str(Path(p).resolve().relative_to(REPO)) if Path(p).resolve().is_relative_to(REPO) else str(p)  # noqa: E731
+    log("command: nice -n 10 .venv/bin/python " + rel(__file__) + " " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    log(f"config: {json.dumps(vars(args), default=str, sort_keys=True)}")
+    log(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+
+    tok = Tokenizer()
+    train = [e for e in (build_example(tok, r, args.role) for r in read_jsonl(args.data / "train.jsonl")) if e]
+    val = [e for e in (build_example(tok, r, args.role) for r in read_jsonl(args.data / "val.jsonl")) if e][:args.val_n]
+    n_tok = sum(len(e[0]) for e in train) / len(train)
+    n_lab = sum(len(e[1]) for e in train) / len(train)
+    log(f"data: {len(train)} train examples (mean {n_tok:.1f} tokens, {n_lab:.1f} label tokens), {len(val)} val")
+
+    from peft import LoraConfig, get_peft_model
+
+    base = load_base_model()
+    cfg = LoraConfig(r=args.rank, lora_alpha=args.alpha, target_modules=targets, lora_dropout=0.0,
+                     bias="none", task_type="CAUSAL_LM")
+    model = get_peft_model(base, cfg)
+    lm = model.base_model.model
+    if args.shared_a_from is not None:
+        src = load_file(str(args.shared_a_from / "adapter_model.safetensors"))
+        params = dict(model.named_parameters())
+        n = 0
+        for k, v in src.items():
+            if ".v_proj.lora_A." in k:
+                name = k.replace(".lora_A.weight", ".lora_A.default.weight")
+                with torch.no_grad():
+                    params[name].copy_(v.to(torch.float32))
+                params[name].requires_grad_(False)
+                n += 1
+        assert n == base.config.num_hidden_layers, f"copied {n} v_proj lora_A tensors"
+        log(f"shared A: copied and froze {n} v_proj lora_A from {rel(args.shared_a_from)}")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    log(f"trainable parameters: {sum(p.numel() for p in trainable)}")
+    model.train()
+    opt = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.0)
+
+    def lr_at(step: int) -> float:
+        if step < args.warmup:
+            return args.lr * (step + 1) / args.warmup
+        t = (step - args.warmup) / max(1, args.steps - args.warmup)
+        return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+    plan = batches(train, args.batch, args.steps, rng)
+    t0 = time.time()
+    seen_tok = 0
+    for step, idx in enumerate(plan):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        x, rows, cols, tgt = collate(train, idx)
+        loss = role_loss(lm, x, rows, cols, tgt, args.bf16)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        seen_tok += x.numel()
+        dt = time.time() - t0
+        log(f"step {step + 1}/{args.steps} loss {loss.item():.4f} lr {lr_at(step):.2e} "
+            f"tokens {x.numel()} elapsed {dt:.0f}s throughput {seen_tok / dt:.0f} tok/s")
+
+    model.eval()
+    with torch.no_grad():
+        tot, cnt = 0.0, 0
+        for b in range(0, len(val), args.batch):
+            idx = list(range(b, min(len(val), b + args.batch)))
+            x, rows, cols, tgt = collate(val, idx)
+            l = role_loss(lm, x, rows, cols, tgt, False)
+            tot += l.item() * len(tgt)
+            cnt += len(tgt)
+    log(f"val loss (fp32, {len(val)} trajectories, {cnt} label tokens): {tot / max(1, cnt):.4f}")
+    save_fp16(model, args.out, "HuggingFaceTB/SmolLM2-135M-Instruct")
+    if args.shared_a_from is not None:
+        a = load_file(str(args.shared_a_from / "adapter_model.safetensors"))
+        b = load_file(str(args.out / "adapter_model.safetensors"))
+        keys = [k for k in a if ".v_proj.lora_A." in k]
+        same = all(torch.equal(a[k].view(torch.int16), b[k].view(torch.int16)) for k in keys)
+        log(f"shared v_proj lora_A bitwise equal to {rel(args.shared_a_from)}: {same} ({len(keys)} tensors)")
+        assert same
+    log(f"saved {rel(args.out)} in {time.time() - t_start:.0f}s total")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
