@@ -15,6 +15,7 @@
 //                       [--decode-tokens 32] [--reps 5] [--warmup 1] [--csv FILE]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -156,7 +157,11 @@ double decode_seconds(const Options& o, const LlamaModel& model, const std::vect
 // metric -> value rows of the transformers side's CSV ("metric,value").
 std::map<std::string, std::string> run_python(const Options& o, const std::vector<std::vector<int32_t>>& prompts,
                                               int threads) {
-  const std::string ids_path = o.csv + ".ids.txt", out_path = o.csv + ".hf.csv";
+  // Scratch files outside the results folder, so they never end up next to the CSV.
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string base =
+      std::string(tmp && *tmp ? tmp : "/tmp") + "/lorakv_generate_bench_" + std::to_string(::getpid());
+  const std::string ids_path = base + ".ids.txt", out_path = base + ".hf.csv";
   {
     std::ofstream ids(ids_path);
     for (const auto& p : prompts) {

@@ -105,6 +105,7 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
         // Two statements: the flush must reach the filter before finish() empties it.
         event.text += s.stops->push(s.decoder->flush());
         event.text += s.stops->finish();
+        if (s.stops->stopped()) out.finish_reason = FinishReason::kStopString;
       }
       event.finished = s.done;
       out.text += event.text;
