@@ -32,6 +32,8 @@ flags:
                             in order; "base" runs a prompt without an adapter (default: base)
   --chat                    wrap the prompt in the model's chat format (ChatML for SmolLM2, from the
                             file's tokenizer.chat_template) as a user turn; stop at end of turn
+  --chat-format NAME        with --chat: use this format (chatml or llama3) instead of detecting it
+                            from the model's template (for models whose template is not recognised)
   --max-tokens N            the most tokens to generate (default 128, 1..100000)
   --temperature T           0 is greedy (default); > 0 samples from softmax(logits / T)
   --top-k K                 sample among the K most likely tokens (default 0: all)
@@ -60,7 +62,7 @@ runtime::SamplingOptions parse_sampling(const CliArgs& a) {
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CliArgs a(args,
             {"--model", "--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty",
-             "--seed", "--stop", "--dtype", "--log-level", "--adapter", "--use"},
+             "--seed", "--stop", "--dtype", "--log-level", "--adapter", "--use", "--chat-format"},
             {"--chat", "--logprobs", "--help"}, "generate");
   if (a.has("--help")) {
     out << kGenerateHelp;
@@ -106,8 +108,12 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   }
   if (tok.eos_id() >= 0) request.stop_token_ids.push_back(tok.eos_id());
   std::optional<formats::ChatTemplate> chat;
+  if (a.has("--chat-format") && !a.has("--chat")) {
+    throw ConfigError("--chat-format needs --chat", {"", "--chat-format", "--chat as well", "", ""});
+  }
   if (a.has("--chat")) {
-    chat = formats::ChatTemplate::from_jinja(tok.chat_template());
+    auto format = a.get("--chat-format");
+    chat = format ? formats::ChatTemplate::by_name(*format) : formats::ChatTemplate::from_jinja(tok.chat_template());
     if (auto end = tok.token_id(chat->end_of_turn())) request.stop_token_ids.push_back(*end);
   }
   std::vector<runtime::GenerationRequest> requests;
