@@ -24,8 +24,10 @@ Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(optio
 
 SampledToken Sampler::sample(const at::Tensor& logits, const std::vector<int32_t>& context) {
   LORAKV_ASSERT(logits.dim() == 1 && logits.scalar_type() == at::kFloat, "logits must be float32 [vocab]");
-  const at::Tensor raw_logprobs = at::log_softmax(logits, 0);
-  at::Tensor x = logits.clone();
+  // The chosen token's log-probability needs only the normaliser, not a full log_softmax.
+  const double log_normaliser = at::logsumexp(logits, 0).item<double>();
+  const bool modifies_logits = options_.repetition_penalty != 1.0 || options_.temperature != 0.0;
+  at::Tensor x = modifies_logits ? logits.clone() : logits;
   const int64_t vocab = x.size(0);
 
   if (options_.repetition_penalty != 1.0 && !context.empty()) {
@@ -68,7 +70,7 @@ SampledToken Sampler::sample(const at::Tensor& logits, const std::vector<int32_t
     }
     token = order[pick].item<int64_t>();
   }
-  return {static_cast<int32_t>(token), raw_logprobs[token].item<double>()};
+  return {static_cast<int32_t>(token), logits[token].item<double>() - log_normaliser};
 }
 
 }  // namespace lorakv::runtime

@@ -17,14 +17,14 @@ using lorakv::testing::GgufBuilder;
 using lorakv::testing::temp_path;
 
 // hidden 8, 2 heads of 4, 1 KV head, intermediate 16, vocab 10, 2 layers.
-GgufBuilder tiny_llama(const std::string& arch = "llama") {
+GgufBuilder tiny_llama(const std::string& arch = "llama", uint32_t num_kv_heads = 1) {
   GgufBuilder b;
   b.add_string("general.architecture", arch);
   b.add_u32(arch + ".block_count", 2);
   b.add_u32(arch + ".embedding_length", 8);
   b.add_u32(arch + ".feed_forward_length", 16);
   b.add_u32(arch + ".attention.head_count", 2);
-  b.add_u32(arch + ".attention.head_count_kv", 1);
+  b.add_u32(arch + ".attention.head_count_kv", num_kv_heads);
   b.add_u32(arch + ".context_length", 64);
   b.add_f32(arch + ".rope.freq_base", 10000.0f);
   b.add_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
@@ -113,10 +113,15 @@ TEST(ModelLoad, MissingHyperparameterIsNamed) {
   expect_model_error(b, "nokeys.gguf", {"required metadata key is missing", "llama.embedding_length"});
 }
 
-TEST(ModelLoad, InconsistentHeadCounts) {
+TEST(ModelLoad, DuplicateMetadataKeyIsRejected) {
   GgufBuilder b = tiny_llama();
-  b.add_u32("llama.attention.head_count", 3);  // duplicate key: rejected by the reader
+  b.add_u32("llama.attention.head_count", 3);  // a second value for the same key
   expect_model_error(b, "dupkey.gguf", {"duplicate metadata key"});
+}
+
+TEST(ModelLoad, HeadCountNotAMultipleOfKvHeads) {
+  expect_model_error(tiny_llama("llama", 3), "kvheads.gguf",
+                     {"not a multiple of the KV head count", "llama.attention.head_count_kv"});
 }
 
 }  // namespace
