@@ -14,9 +14,12 @@ greedy decode from the gold prefix would reproduce). Metrics per role:
 - actor: `action`, `action_choice`, `argument` (everything inside the brackets, the closing
   bracket and <|im_end|>, given the gold action), `turn_exact`. Deliberately wrong Finish
   turns (train=false) are not gold and are skipped.
-- reflector (turn `Expected: {answer}.\nVerdict: right|wrong.`): `expected` (the correct
-  answer it restates), `verdict` (the " right"/" wrong" token is the argmax, given the gold
-  expected answer), `verdict_choice` (" right" vs " wrong", the higher logit), `turn_exact`.
+- reflector (turn `Given: {finish}. Expected: {answer}.\nVerdict: right|wrong.`): `given`
+  (the actor's Finish argument, copied), `expected` (the correct answer, worked out from the
+  trajectory), `verdict` (the " right"/" wrong" token is the argmax, given the gold given and
+  expected answers), `verdict_choice` (" right" vs " wrong", the higher logit),
+  `verdict_if_right` / `verdict_if_wrong` (`verdict` on the trajectories whose gold verdict is
+  that word), `turn_exact`.
 
 The base model (adapters disabled) is scored on the same spans. Output: a CSV with counts,
 accuracies and 95% Wilson intervals.
@@ -77,11 +80,15 @@ def span_fields(tok: Tokenizer, seg: Segment, text: str) -> dict[str, list[int]]
         f["action_choice"] = f["action"][:1]
         f["argument"] = token_range(ends, a + 1, len(text)) + [last]
     else:
+        g = text.index("Given:") + len("Given:")
+        f["given"] = token_range(ends, g, text.index(". Expected:"))
         e = text.index("Expected:") + len("Expected:")
         f["expected"] = token_range(ends, e, text.index(".\nVerdict:"))
         a = text.index("Verdict:") + len("Verdict:")
         f["verdict"] = token_range(ends, a, a + 6)[:1]
         f["verdict_choice"] = f["verdict"]
+        # split by the gold verdict: a reflector that always says one word scores ~50% overall
+        f["verdict_if_" + text[a:].strip().rstrip(".")] = f["verdict"]
     return f
 
 

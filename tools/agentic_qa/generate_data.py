@@ -172,10 +172,10 @@ def trajectory(rng: random.Random, w: World, qd: dict[str, Any], kind: int, wron
     if wrong:
         given = wrong_answer(rng, w, kind, answer, render(turns))
         turns.append(Turn("actor", f"Finish[{given}]", train=False))
-        turns.append(Turn("reflector", f"Expected: {answer}.\nVerdict: wrong."))
+        turns.append(Turn("reflector", f"Given: {given}. Expected: {answer}.\nVerdict: wrong."))
     else:
         turns.append(Turn("actor", f"Finish[{answer}]"))
-        turns.append(Turn("reflector", f"Expected: {answer}.\nVerdict: right."))
+        turns.append(Turn("reflector", f"Given: {answer}. Expected: {answer}.\nVerdict: right."))
     return turns
 
 

@@ -106,49 +106,6 @@ def run_one(model: Any, set_name: str, tok: Tokenizer, rec: dict[str, Any], kb: 
                 planner_actor_consistent=int(consistent), tokens=len(ep.ids), transcript=" | ".join(ep.log))
 
 
-def rejudge(model: Any, args: argparse.Namespace, tok: Tokenizer, recs: list[dict[str, Any]], t0: float) -> int:
-    """Rerun the reflector on the episodes of an earlier CSV (same planner/actor/tool turns).
-
-    The earlier turns are re-tokenized from their text (turn by turn, as in training), which
-    can differ from the ids generated in the original run only where a generated token
-    sequence was not the canonical tokenization of its text.
-    """
-    by_id = {r["id"]: r for r in recs}
-    with open(args.rejudge, newline="", encoding="utf-8") as f:
-        old = list(csv.DictReader(f))
-    rows = []
-    for row in old:
-        rec = by_id[row["id"]]
-        parts = row["transcript"].split(" | [")
-        turns = [Turn("system", rec["turns"][0]["text"]), Turn("user", rec["question"])]
-        for p in parts:
-            role, text = p.lstrip("[").split("] ", 1)
-            if role != "reflector":
-                turns.append(Turn(role, text))
-        verdict = ""
-        if row["finished"] == "1":
-            ep = Episode(tok, rec["question"], rec["turns"][0]["text"])
-            ep.ids = flatten(tokenize_turns(tok, turns))
-            ref = ep.generate(model, f"{args.set}__reflector", "reflector", args.max_new)
-            v = ref.split("Verdict:", 1)[-1].strip().rstrip(".") if "Verdict:" in ref else ref
-            verdict = v if v in ("right", "wrong") else f"other:{v[:20]}"
-            parts = [p for p in parts if not p.startswith("reflector] ")] + [f"reflector] {ref}"]
-        success = row["success"] == "1"
-        row.update(verdict=verdict, verdict_agrees=int(verdict == ("right" if success else "wrong")),
-                   transcript=" | [".join(parts))
-        rows.append(row)
-        print(f"{len(rows)}/{len(old)} success {int(success)} verdict={verdict} ({time.time() - t0:.0f}s)", flush=True)
-    with open(args.out, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    fin = [r for r in rows if r["finished"] == "1"]
-    k = sum(int(r["verdict_agrees"]) for r in fin)
-    lo, hi = wilson(k, len(fin))
-    print(f"{args.set} verdict_agrees: {k}/{len(fin)} = {k / max(1, len(fin)):.3f} [{lo:.3f}, {hi:.3f}]")
-    return 0
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="qv_shared_a", help="adapter set under --adapters")
@@ -159,8 +116,6 @@ def main() -> int:
     ap.add_argument("--max-rounds", type=int, default=6, help="planner+actor rounds per episode")
     ap.add_argument("--max-new", type=int, default=40, help="token limit per agent turn")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rejudge", type=Path, default=None,
-                    help="episodes CSV: keep its planner/actor/tool turns, rerun only the reflector")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
@@ -182,8 +137,6 @@ def main() -> int:
             model.load_adapter(path, adapter_name=f"{args.set}__{role}")
     model.eval()
 
-    if args.rejudge is not None:
-        return rejudge(model, args, tok, recs, t0)
     rows = []
     for i, rec in enumerate(recs):
         row = run_one(model, args.set, tok, rec, kb, args.max_rounds, args.max_new)

@@ -3,21 +3,25 @@
 # reflector reuse the planner's v_proj lora_A, frozen). Run from the repository root:
 #   tools/agentic_qa/train_all.sh [qv_shared_a|all_linear|both]   (default both)
 # These are the commands that made the committed adapters (each train_log.txt repeats its own).
-# --threads only sets torch's CPU threads (1 ran far faster on the oversubscribed build machine);
-# bfloat16 autocast results can differ in the last bits with the thread count.
+# --threads only sets torch's CPU threads; bfloat16 autocast results can differ in the last bits
+# with the thread count. Run on an otherwise idle machine: 2 threads under a parallel build
+# collapse to a few tokens per second.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WHICH="${1:-both}"
 PY="nice -n 10 .venv/bin/python tools/agentic_qa/train_roles.py"
 OUT=assets/role_adapters
-COMMON="--rank 8 --alpha 16 --lr 2e-3 --batch 4 --bf16 --seed 0"
+# 400 steps x 4 trajectories is about one epoch of the 1,800 training trajectories. The
+# reflector's right/wrong token weighs 8 in its loss (see train_roles.py --verdict-weight).
+COMMON="--steps 400 --rank 8 --alpha 16 --lr 2e-3 --batch 4 --bf16 --seed 0 --threads 2 --val-n 64"
+REFLECT="--verdict-weight 8 --eval-every 100"
 if [[ "$WHICH" == qv_shared_a || "$WHICH" == both ]]; then
-  $PY --role planner   --targets q_proj,v_proj --steps 60 $COMMON --threads 2 --out $OUT/qv_shared_a/planner
-  $PY --role actor     --targets q_proj,v_proj --steps 60 $COMMON --threads 2 --out $OUT/qv_shared_a/actor --shared-a-from $OUT/qv_shared_a/planner
-  $PY --role reflector --targets q_proj,v_proj --steps 50 $COMMON --threads 1 --out $OUT/qv_shared_a/reflector --shared-a-from $OUT/qv_shared_a/planner
+  $PY --role planner   --targets q_proj,v_proj $COMMON --out $OUT/qv_shared_a/planner
+  $PY --role actor     --targets q_proj,v_proj $COMMON --out $OUT/qv_shared_a/actor --shared-a-from $OUT/qv_shared_a/planner
+  $PY --role reflector --targets q_proj,v_proj $COMMON $REFLECT --out $OUT/qv_shared_a/reflector --shared-a-from $OUT/qv_shared_a/planner
 fi
 if [[ "$WHICH" == all_linear || "$WHICH" == both ]]; then
-  $PY --role planner   --targets all --steps 40 $COMMON --threads 1 --out $OUT/all_linear/planner
-  $PY --role actor     --targets all --steps 40 $COMMON --threads 1 --out $OUT/all_linear/actor
-  $PY --role reflector --targets all --steps 40 $COMMON --threads 1 --out $OUT/all_linear/reflector
+  $PY --role planner   --targets all $COMMON --out $OUT/all_linear/planner
+  $PY --role actor     --targets all $COMMON --out $OUT/all_linear/actor
+  $PY --role reflector --targets all $COMMON $REFLECT --out $OUT/all_linear/reflector
 fi

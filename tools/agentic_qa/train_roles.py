@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (DATA_DIR, REPO, ROLES, Tokenizer, flatten, load_base_model,  # noqa: E402
+from common import (DATA_DIR, REPO, ROLES, VERDICTS, Tokenizer, load_base_model,  # noqa: E402
                     read_jsonl, tokenize_turns, turns_of)
 
 import torch  # noqa: E402
@@ -32,27 +32,40 @@ ALL_LINEAR = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 PAD_ID = 2
 
 
-def build_example(tok: Tokenizer, rec: dict[str, Any], role: str) -> tuple[list[int], list[int]] | None:
-    """(ids, label positions) for one trajectory; position t predicts ids[t + 1].
+Example = tuple[list[int], list[int], list[float]]
 
-    The sequence is cut after the role's last trained span; None if it has none.
+
+def build_example(tok: Tokenizer, rec: dict[str, Any], role: str, verdict_ids: tuple[int, ...],
+                  verdict_weight: float) -> Example | None:
+    """(ids, label positions, label weights) for one trajectory; position t predicts ids[t + 1].
+
+    The sequence is cut after the role's last trained span; None if it has none. The
+    reflector's verdict token (`... Verdict: right|wrong.<|im_end|>`, third from the end)
+    gets `verdict_weight`: one token among ~20 of easy copying would otherwise be a
+    twentieth of the loss, and the first reflectors left it at chance.
     """
     segs = tokenize_turns(tok, turns_of(rec))
     ids: list[int] = []
     pos: list[int] = []
+    wts: list[float] = []
     end = 0
     for s in segs:
         if s.role == role and s.train:
             start = len(ids)
             pos.extend(range(start - 1, start + len(s.ids) - 1))
+            w = [1.0] * len(s.ids)
+            if role == "reflector":
+                assert s.ids[-3] in verdict_ids, f"{rec['id']}: no verdict token third from the end"
+                w[-3] = verdict_weight
+            wts.extend(w)
             end = start + len(s.ids)
         ids.extend(s.ids)
     if not pos:
         return None
-    return ids[:end], pos
+    return ids[:end], pos, wts
 
 
-def batches(examples: list[tuple[list[int], list[int]]], batch: int, steps: int,
+def batches(examples: list[Example], batch: int, steps: int,
             rng: random.Random) -> list[list[int]]:
     """`steps` batches of example indices: epochs of shuffled data, similar lengths grouped."""
     out: list[list[int]] = []
@@ -69,30 +82,54 @@ def batches(examples: list[tuple[list[int], list[int]]], batch: int, steps: int,
     return out[:steps]
 
 
-def collate(examples: list[tuple[list[int], list[int]]], idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ids [B, T] and the flat (row, position, target) of every label."""
+def collate(examples: list[Example], idx: list[int]) -> tuple[torch.Tensor, ...]:
+    """Right-padded ids [B, T] and the flat (row, position, target, weight) of every label."""
     T = max(len(examples[i][0]) for i in idx)
     x = torch.full((len(idx), T), PAD_ID, dtype=torch.long)
-    rows, cols = [], []
+    rows, cols, wts = [], [], []
     for r, i in enumerate(idx):
-        ids, pos = examples[i]
+        ids, pos, w = examples[i]
         x[r, :len(ids)] = torch.tensor(ids)
         rows.extend([r] * len(pos))
         cols.extend(pos)
+        wts.extend(w)
     rows_t, cols_t = torch.tensor(rows), torch.tensor(cols)
-    return x, rows_t, cols_t, x[rows_t, cols_t + 1]
+    return x, rows_t, cols_t, x[rows_t, cols_t + 1], torch.tensor(wts, dtype=torch.float32)
 
 
-def role_loss(lm: Any, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, tgt: torch.Tensor,
-              bf16: bool) -> torch.Tensor:
-    """Mean cross-entropy at the label positions; the LM head runs only there.
+def role_logits(lm: Any, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, bf16: bool) -> torch.Tensor:
+    """Logits [labels, V] (float32) at the label positions; the LM head runs only there.
 
     Right padding needs no attention mask: causal attention keeps pads out of real tokens.
     """
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         h = lm.model(input_ids=x).last_hidden_state
-        logits = lm.lm_head(h[rows, cols])
-    return torch.nn.functional.cross_entropy(logits.float(), tgt)
+        return lm.lm_head(h[rows, cols]).float()
+
+
+def weighted_ce(logits: torch.Tensor, tgt: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
+    """Weighted mean cross-entropy: sum(w * ce) / sum(w)."""
+    ce = torch.nn.functional.cross_entropy(logits, tgt, reduction="none")
+    return (ce * wts).sum() / wts.sum()
+
+
+def evaluate(lm: Any, val: list[Example], batch: int, verdict_ids: tuple[int, ...]) -> tuple[float, int, int, int]:
+    """(mean label loss, label count, verdicts right, verdicts) on val, float32, unweighted loss.
+
+    A verdict is right when its gold token is the argmax (greedy decoding would emit it).
+    """
+    tot, cnt, vk, vn = 0.0, 0, 0, 0
+    with torch.no_grad():
+        for b in range(0, len(val), batch):
+            idx = list(range(b, min(len(val), b + batch)))
+            x, rows, cols, tgt, _ = collate(val, idx)
+            logits = role_logits(lm, x, rows, cols, False)
+            tot += torch.nn.functional.cross_entropy(logits, tgt, reduction="sum").item()
+            cnt += len(tgt)
+            is_verdict = torch.tensor([int(t) in verdict_ids for t in tgt])
+            vk += int((logits[is_verdict].argmax(-1) == tgt[is_verdict]).sum())
+            vn += int(is_verdict.sum())
+    return tot / max(1, cnt), cnt, vk, vn
 
 
 def save_fp16(model: Any, out: Path, base_name: str) -> None:
@@ -128,6 +165,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward/backward")
+    ap.add_argument("--verdict-weight", type=float, default=1.0,
+                    help="loss weight of the reflector's right/wrong token (others weigh 1)")
+    ap.add_argument("--eval-every", type=int, default=0, help="log val loss (and verdict accuracy) every N steps")
     args = ap.parse_args()
 
     t_start = time.time()
@@ -149,8 +189,14 @@ def main() -> int:
     log(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
 
     tok = Tokenizer()
-    train = [e for e in (build_example(tok, r, args.role) for r in read_jsonl(args.data / "train.jsonl")) if e]
-    val = [e for e in (build_example(tok, r, args.role) for r in read_jsonl(args.data / "val.jsonl")) if e][:args.val_n]
+    verdict_ids = tuple(tok.encode(" " + v)[0] for v in VERDICTS) if args.role == "reflector" else ()
+
+    def examples(split: str) -> list[Example]:
+        recs = read_jsonl(args.data / f"{split}.jsonl")
+        return [e for e in (build_example(tok, r, args.role, verdict_ids, args.verdict_weight) for r in recs) if e]
+
+    train = examples("train")
+    val = examples("val")[:args.val_n]
     n_tok = sum(len(e[0]) for e in train) / len(train)
     n_lab = sum(len(e[1]) for e in train) / len(train)
     log(f"data: {len(train)} train examples (mean {n_tok:.1f} tokens, {n_lab:.1f} label tokens), {len(val)} val")
@@ -192,8 +238,8 @@ def main() -> int:
     for step, idx in enumerate(plan):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        x, rows, cols, tgt = collate(train, idx)
-        loss = role_loss(lm, x, rows, cols, tgt, args.bf16)
+        x, rows, cols, tgt, wts = collate(train, idx)
+        loss = weighted_ce(role_logits(lm, x, rows, cols, args.bf16), tgt, wts)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
@@ -202,17 +248,16 @@ def main() -> int:
         dt = time.time() - t0
         log(f"step {step + 1}/{args.steps} loss {loss.item():.4f} lr {lr_at(step):.2e} "
             f"tokens {x.numel()} elapsed {dt:.0f}s throughput {seen_tok / dt:.0f} tok/s")
+        if args.eval_every and (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
+            model.eval()
+            vl, _, vk, vn = evaluate(lm, val, args.batch, verdict_ids)
+            model.train()
+            log(f"  val loss {vl:.4f}" + (f" verdict {vk}/{vn}" if vn else ""))
 
     model.eval()
-    with torch.no_grad():
-        tot, cnt = 0.0, 0
-        for b in range(0, len(val), args.batch):
-            idx = list(range(b, min(len(val), b + args.batch)))
-            x, rows, cols, tgt = collate(val, idx)
-            l = role_loss(lm, x, rows, cols, tgt, False)
-            tot += l.item() * len(tgt)
-            cnt += len(tgt)
-    log(f"val loss (fp32, {len(val)} trajectories, {cnt} label tokens): {tot / max(1, cnt):.4f}")
+    vl, cnt, vk, vn = evaluate(lm, val, args.batch, verdict_ids)
+    log(f"val loss (fp32, {len(val)} trajectories, {cnt} label tokens): {vl:.4f}"
+        + (f", verdict argmax {vk}/{vn}" if vn else ""))
     save_fp16(model, args.out, "HuggingFaceTB/SmolLM2-135M-Instruct")
     if args.shared_a_from is not None:
         a = load_file(str(args.shared_a_from / "adapter_model.safetensors"))
