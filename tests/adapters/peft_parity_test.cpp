@@ -16,6 +16,7 @@
 #include "formats/safetensors_file.h"
 #include "runtime/generator.h"
 #include "runtime/llama_model.h"
+#include "tests/support/reference_values.h"
 #include "tests/support/test_settings.h"
 
 namespace lorakv::adapters {
@@ -34,21 +35,9 @@ struct Reference {
   std::string adapter;  // "" for the base model
 };
 
-std::vector<int32_t> ints(const formats::JsonValue& v) {
-  std::vector<int32_t> out;
-  for (const formats::JsonValue& e : v.as_array()) out.push_back(static_cast<int32_t>(e.as_int()));
-  return out;
-}
-
-std::vector<double> doubles(const formats::JsonValue& v) {
-  std::vector<double> out;
-  for (const formats::JsonValue& e : v.as_array()) out.push_back(e.as_double());
-  return out;
-}
-
-double relative_error(const at::Tensor& ours, const at::Tensor& ref) {
-  return (ours - ref).abs().max().item<double>() / ref.abs().max().item<double>();
-}
+using lorakv::testing::json_doubles;
+using lorakv::testing::json_ints;
+using lorakv::testing::relative_error;
 
 class PeftParity : public ::testing::Test {
  protected:
@@ -62,16 +51,16 @@ class PeftParity : public ::testing::Test {
     meta_ = new formats::JsonValue(formats::parse_json(reference_->metadata().at("oracle")));
     registry_ = new AdapterRegistry(model_->adapter_shape(), model_->dtype());
     for (const auto& [name, entry] : meta_->at("adapters").as_object()) {
-      Reference r{ints(meta_->at("prompt")), logits(name + ".logits"), ints(entry.at("greedy_ids")),
-                  doubles(entry.at("greedy_margins")), name};
+      Reference r{json_ints(meta_->at("prompt")), logits(name + ".logits"), json_ints(entry.at("greedy_ids")),
+                  json_doubles(entry.at("greedy_margins")), name};
       registry_->load(name, dir_ + "/" + name);
       singles_.push_back(std::move(r));
     }
     int i = 0;
     for (const formats::JsonValue& e : meta_->at("mixed").as_array()) {
       const std::string adapter = e.at("adapter").is_null() ? "" : e.at("adapter").as_string();
-      mixed_.push_back({ints(e.at("prompt")), logits("mixed." + std::to_string(i++) + ".logits"), ints(e.at("greedy_ids")),
-                        doubles(e.at("greedy_margins")), adapter});
+      mixed_.push_back({json_ints(e.at("prompt")), logits("mixed." + std::to_string(i++) + ".logits"),
+                        json_ints(e.at("greedy_ids")), json_doubles(e.at("greedy_margins")), adapter});
     }
   }
   static void TearDownTestSuite() {
@@ -84,10 +73,7 @@ class PeftParity : public ::testing::Test {
   }
   void SetUp() override { ASSERT_NE(model_, nullptr) << "LORAKV_MODEL not set: run through ctest"; }
 
-  static at::Tensor logits(const std::string& name) {
-    const formats::SafetensorsTensorInfo& t = reference_->tensor(name);
-    return at::from_blob(const_cast<uint8_t*>(t.data), t.shape, at::kFloat).clone();
-  }
+  static at::Tensor logits(const std::string& name) { return lorakv::testing::float_tensor(*reference_, name); }
 
   static std::shared_ptr<const Adapter> adapter_of(const Reference& r) {
     return r.adapter.empty() ? nullptr : registry_->require(r.adapter);

@@ -23,6 +23,7 @@
 #include "runtime/llama_model.h"
 #include "runtime/loaded_model.h"
 #include "tests/support/gguf_builder.h"
+#include "tests/support/reference_values.h"
 #include "tests/support/test_settings.h"
 
 namespace lorakv::runtime {
@@ -51,9 +52,7 @@ std::vector<int32_t> read_ids(const formats::SafetensorsFile& f) {
   return ids;
 }
 
-double relative_error(const at::Tensor& ours, const at::Tensor& ref) {
-  return (ours - ref).abs().max().item<double>() / ref.abs().max().item<double>();
-}
+using lorakv::testing::relative_error;
 
 at::Tensor run_all_logits(const LlamaModel& model, const std::vector<int32_t>& ids) {
   auto cache = model.make_cache();

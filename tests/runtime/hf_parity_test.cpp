@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "tests/support/reference_values.h"
 #include "tests/support/test_settings.h"
 #include "formats/gguf_file.h"
 #include "runtime/generator.h"
@@ -74,9 +75,8 @@ class HfParity : public ::testing::Test {
     ASSERT_EQ(prompts_.size(), 3u);
   }
 
-  // max |a - b| / max |b| over all elements.
   static double relative_error(const at::Tensor& ours, const at::Tensor& ref) {
-    return (ours - ref).abs().max().item<double>() / ref.abs().max().item<double>();
+    return lorakv::testing::relative_error(ours, ref);
   }
 
   // Greedy decoding checked step by step against the reference. At each step our argmax
