@@ -24,7 +24,7 @@ greedy decode from the gold prefix would reproduce). Metrics per role:
 The base model (adapters disabled) is scored on the same spans. Output: a CSV with counts,
 accuracies and 95% Wilson intervals.
 
-usage: evaluate_roles.py [--sets qv_shared_a,all_linear] [--no-base] [--split test] [--n 150]
+usage: evaluate_roles.py [--sets qv_shared_a,all_linear] [--no-base] [--split test] [--n 360]
                          [--roles planner,actor,reflector] [--threads 1] --out FILE
 """
 from __future__ import annotations
@@ -173,7 +173,7 @@ def main() -> int:
     ap.add_argument("--adapters", type=Path, default=ADAPTER_DIR)
     ap.add_argument("--data", type=Path, default=DATA_DIR)
     ap.add_argument("--split", default="test")
-    ap.add_argument("--n", type=int, default=150, help="first n trajectories of the split")
+    ap.add_argument("--n", type=int, default=360, help="first n trajectories of the split (360: all of test)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--roles", default=",".join(ROLES), help="roles to score (comma list)")
