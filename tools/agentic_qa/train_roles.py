@@ -185,7 +185,8 @@ def main() -> int:
 
     rel = lambda p: str(Path(p).resolve().relative_to(REPO)) if Path(p).resolve().is_relative_to(REPO) else str(p)  # noqa: E731
     log("command: nice -n 10 .venv/bin/python " + rel(__file__) + " " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    log(f"config: {json.dumps(vars(args), default=str, sort_keys=True)}")
+    # paths relative to the repository, so logs name no machine's folders
+    log(f"config: {json.dumps({k: rel(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, sort_keys=True)}")
     log(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
 
     tok = Tokenizer()
