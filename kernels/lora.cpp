@@ -25,21 +25,34 @@ void append_rows(const LoraRows& r, std::vector<int64_t>& rows) {
 void lora_add_gathered(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments) {
   std::vector<int64_t> rows, group;
   std::vector<at::Tensor> as, bs;
+  bool one_row_each = true;  // then the stacked A/B are already in row order
   for (size_t g = 0; g < segments.size(); ++g) {
     const size_t before = rows.size();
     append_rows(segments[g].rows, rows);
+    one_row_each = one_row_each && rows.size() == before + 1;
     group.insert(group.end(), rows.size() - before, static_cast<int64_t>(g));
     as.push_back(segments[g].a);
     bs.push_back(segments[g].b);
   }
   if (rows.empty()) return;
-  const at::Tensor row_idx = at::tensor(rows, at::kLong).to(x.device());
-  const at::Tensor group_idx = at::tensor(group, at::kLong).to(x.device());
-  const at::Tensor a = at::stack(as).index_select(0, group_idx);  // [n, r, in]
-  const at::Tensor b = at::stack(bs).index_select(0, group_idx);  // [n, out, r]
-  const at::Tensor xs = x.index_select(0, row_idx).unsqueeze(2);  // [n, in, 1]
-  const at::Tensor delta = at::bmm(b, at::bmm(a, xs)).squeeze(2);  // [n, out]
-  out.index_add_(0, row_idx, delta);
+  // The whole batch in order (a plain decode step): no gather of x, no scatter into out.
+  bool whole_batch = static_cast<int64_t>(rows.size()) == x.size(0);
+  for (size_t i = 0; whole_batch && i < rows.size(); ++i) whole_batch = rows[i] == static_cast<int64_t>(i);
+  at::Tensor a = at::stack(as);  // [segments, r, in]
+  at::Tensor b = at::stack(bs);  // [segments, out, r]
+  if (!one_row_each) {
+    const at::Tensor group_idx = at::tensor(group, at::kLong).to(x.device());
+    a = a.index_select(0, group_idx);  // [n, r, in]
+    b = b.index_select(0, group_idx);  // [n, out, r]
+  }
+  const at::Tensor row_idx = whole_batch ? at::Tensor() : at::tensor(rows, at::kLong).to(x.device());
+  const at::Tensor xs = (whole_batch ? x : x.index_select(0, row_idx)).unsqueeze(2);  // [n, in, 1]
+  const at::Tensor delta = at::bmm(b, at::bmm(a, xs)).squeeze(2);                       // [n, out]
+  if (whole_batch) {
+    out.add_(delta);
+  } else {
+    out.index_add_(0, row_idx, delta);
+  }
 }
 
 }  // namespace
