@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -40,7 +41,7 @@ struct Options {
   std::string model;
   std::string python;  // empty: lorakv only
   std::string script = LORAKV_SOURCE_DIR "/bench/hf_generate_bench.py";
-  std::string csv = LORAKV_SOURCE_DIR "/bench/results/generate_cpu.csv";
+  std::string csv = LORAKV_BENCH_RESULTS_DIR "/generate_cpu.csv";  // the build folder unless --csv
   int threads = 0;  // 0: libtorch's default
   int prompt_tokens = 512;
   int decode_tokens = 32;
@@ -158,9 +159,8 @@ double decode_seconds(const Options& o, const LlamaModel& model, const std::vect
 std::map<std::string, std::string> run_python(const Options& o, const std::vector<std::vector<int32_t>>& prompts,
                                               int threads) {
   // Scratch files outside the results folder, so they never end up next to the CSV.
-  const char* tmp = std::getenv("TMPDIR");
   const std::string base =
-      std::string(tmp && *tmp ? tmp : "/tmp") + "/lorakv_generate_bench_" + std::to_string(::getpid());
+      (std::filesystem::temp_directory_path() / ("lorakv_generate_bench_" + std::to_string(::getpid()))).string();
   const std::string ids_path = base + ".ids.txt", out_path = base + ".hf.csv";
   {
     std::ofstream ids(ids_path);

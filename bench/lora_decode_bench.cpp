@@ -3,7 +3,7 @@
 // (mixed batch); tokens/s and the ratio to (a). PEFT (transformers) does the same in the
 // same run through tools/peft_decode_bench.py, which also creates the adapters once.
 // Prints machine, model, sizes, dtype and device; writes CSV (default
-// bench/results/lora_decode.csv).
+// <build>/bench_results/lora_decode.csv).
 //
 // usage: lorakv_lora_decode_bench [--model FILE] [--adapters-dir DIR] [--steps N]
 //        [--prompt-tokens N] [--repeats N] [--targets all-linear|qkvo] [--out CSV] [--python PY] [--no-peft]
@@ -76,11 +76,11 @@ int main(int argc, char** argv) {
   const std::string src = LORAKV_BENCH_SOURCE_DIR;
   std::map<std::string, std::string> opt = {
       {"--model", src + "/models/SmolLM2-135M-Instruct.Q4_1.gguf"},
-      {"--adapters-dir", "/tmp/lorakv_bench_adapters"},
+      {"--adapters-dir", LORAKV_BENCH_RESULTS_DIR "/lora_decode_adapters"},
       {"--steps", "16"},
       {"--repeats", "3"},
       {"--prompt-tokens", "32"},
-      {"--out", src + "/bench/results/lora_decode.csv"},
+      {"--out", LORAKV_BENCH_RESULTS_DIR "/lora_decode.csv"},
       {"--python", src + "/.venv/bin/python"},
       {"--targets", "all-linear"},
   };

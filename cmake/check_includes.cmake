@@ -1,0 +1,38 @@
+# cmake -DROOT=<tree> -P cmake/check_includes.cmake
+# Checks every #include "..." of the layer folders in <tree> against the layer table in
+# cmake/LorakvLayers.cmake: a layer may include itself and the layers it may use, never
+# tests/ or bench/, and no file may climb out of its folder with "../".
+# The build already fails on an upward include of a compiled file; this also covers files a
+# configuration does not compile (CUDA sources without nvcc, headers no .cpp includes yet).
+if(NOT ROOT)
+  message(FATAL_ERROR "usage: cmake -DROOT=<source tree> -P check_includes.cmake")
+endif()
+cmake_minimum_required(VERSION 3.22)
+include(${CMAKE_CURRENT_LIST_DIR}/LorakvLayers.cmake)
+set(_violations "")
+foreach(_layer IN LISTS LORAKV_LAYERS)
+  file(GLOB_RECURSE _files ${ROOT}/${_layer}/*.h ${ROOT}/${_layer}/*.cpp ${ROOT}/${_layer}/*.cu ${ROOT}/${_layer}/*.cuh)
+  set(_allowed ${_layer} ${LORAKV_LAYER_ALLOWED_${_layer}})
+  foreach(_file IN LISTS _files)
+    file(STRINGS ${_file} _lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+    file(RELATIVE_PATH _rel ${ROOT} ${_file})
+    foreach(_line IN LISTS _lines)
+      string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]*)\".*$" "\\1" _inc "${_line}")
+      if(_inc MATCHES "\\.\\./")
+        list(APPEND _violations "${_rel}: #include \"${_inc}\" climbs out of its folder")
+      elseif(_inc MATCHES "^([a-z_]+)/")
+        set(_target_layer ${CMAKE_MATCH_1})
+        if(_target_layer IN_LIST LORAKV_LAYERS AND NOT _target_layer IN_LIST _allowed)
+          list(APPEND _violations "${_rel}: #include \"${_inc}\": ${_layer} may use only [${_allowed}]")
+        elseif(_target_layer STREQUAL "tests" OR _target_layer STREQUAL "bench")
+          list(APPEND _violations "${_rel}: #include \"${_inc}\": a library may not include ${_target_layer}/")
+        endif()
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(_violations)
+  list(JOIN _violations "\n  " _text)
+  message(FATAL_ERROR "layer table violations:\n  ${_text}")
+endif()
+message(STATUS "layer table: every include points down")
