@@ -11,12 +11,13 @@ LORAKV_MODEL_FILE="$LORAKV_ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 # phase NAME COMMAND...: runs a command and prints how long it took.
 phase() {
   local name="$1"; shift
-  local start end
-  start=$(date +%s.%N)
+  local start elapsed_ms
+  start=$(date +%s%N)
   echo "==> $name"
   "$@"
-  end=$(date +%s.%N)
-  printf '==> %s done in %.1f s\n' "$name" "$(echo "$end - $start" | bc)"
+  # Integer arithmetic only: this runs before any package (bc, say) is installed.
+  elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  printf '==> %s done in %d.%01d s\n' "$name" $((elapsed_ms / 1000)) $(((elapsed_ms % 1000) / 100))
 }
 
 die() {
