@@ -251,9 +251,11 @@ struct FixtureSpec {
 TEST(Safetensors, MatchesTheReferencePackage) {
   const std::string dir = lorakv::testing::test_setting("LORAKV_ORACLE_DIR");
   const std::string path = dir + "/fixture.safetensors";
-  if (dir.empty() || !std::filesystem::exists(path)) {
-    GTEST_SKIP() << "no " << path << "; run tools/safetensors_fixture.py --out " << path << " (ctest does)";
-  }
+  // A missing fixture fails: skipping would let this independence check vanish unseen.
+  ASSERT_FALSE(dir.empty()) << "LORAKV_ORACLE_DIR is not set; set it to a folder holding fixture.safetensors";
+  ASSERT_TRUE(std::filesystem::exists(path))
+      << "no " << path << "; create it with: .venv/bin/python tools/safetensors_fixture.py --out " << path
+      << " (ctest runs it as the safetensors_fixture fixture)";
   const std::vector<FixtureSpec> specs = {
       {"f32.matrix", SafetensorsDtype::kF32, {3, 5}, 1.0},     {"f32.cube", SafetensorsDtype::kF32, {2, 3, 4}, 1e-3},
       {"f32.scalar", SafetensorsDtype::kF32, {}, 7.0},         {"f32.empty", SafetensorsDtype::kF32, {0, 3}, 1.0},
