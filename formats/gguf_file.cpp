@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -65,6 +66,38 @@ class Cursor {
 
 bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kFloat64); }
 
+// The fewest bytes one value of `type` takes in the file: a string is at least its 8-byte
+// length, an array at least its element type and count. Counts are checked against it, so
+// nothing is allocated for elements that the remaining bytes cannot hold.
+uint64_t min_encoded_bytes(GgufType type) {
+  switch (type) {
+    case GgufType::kUint8: case GgufType::kInt8: case GgufType::kBool: return 1;
+    case GgufType::kUint16: case GgufType::kInt16: return 2;
+    case GgufType::kUint32: case GgufType::kInt32: case GgufType::kFloat32: return 4;
+    case GgufType::kUint64: case GgufType::kInt64: case GgufType::kFloat64: return 8;
+    case GgufType::kString: return 8;
+    case GgufType::kArray: return 4 + 8;
+  }
+  return 1;
+}
+
+// A metadata pair: key (length + >= 0 bytes), value type, the smallest value.
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
+// A tensor info: name length, dimension count, one dimension, type, offset.
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
+
+// Fails unless `count` items (`items`: "string elements"...) of at least `item_bytes`
+// each fit in the remaining bytes.
+void check_count_fits(const Cursor& cur, uint64_t count, uint64_t item_bytes, const std::string& what,
+                      const std::string& items, const std::string& key) {
+  const uint64_t most = cur.remaining() / item_bytes;
+  if (count > most) {
+    cur.fail(what + " out of bounds", "at most " + std::to_string(most) + " " + items + " (" +
+             std::to_string(cur.remaining()) + " bytes left, " + std::to_string(item_bytes) + " or more each)",
+             std::to_string(count), key);
+  }
+}
+
 GgufValue read_value(Cursor& cur, GgufType type, const std::string& key, int depth) {
   GgufValue v;
   v.type = type;
@@ -93,12 +126,9 @@ GgufValue read_value(Cursor& cur, GgufType type, const std::string& key, int dep
         cur.fail("unknown array element type", "a type code 0..12", std::to_string(elem), key);
       }
       const uint64_t count = cur.read<uint64_t>("array length");
-      // Every element takes at least one byte: a count beyond the remaining bytes is corrupt.
-      if (count > cur.remaining()) {
-        cur.fail("array length out of bounds", "at most " + std::to_string(cur.remaining()),
-                 std::to_string(count), key);
-      }
       v.elem_type = static_cast<GgufType>(elem);
+      check_count_fits(cur, count, min_encoded_bytes(v.elem_type), "array length",
+                       std::string(gguf_type_name(v.elem_type)) + " elements", key);
       v.array.reserve(static_cast<size_t>(count));
       for (uint64_t k = 0; k < count; ++k) v.array.push_back(read_value(cur, v.elem_type, key, depth + 1));
       break;
@@ -172,9 +202,16 @@ std::string GgufValue::describe() const {
 }
 
 GgufFile::GgufFile(const std::string& path) : map_(path) {}
+GgufFile::GgufFile(const std::string& name, std::vector<uint8_t> bytes) : map_(name, std::move(bytes)) {}
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> file(new GgufFile(path));
+  file->parse();
+  return file;
+}
+
+std::unique_ptr<GgufFile> GgufFile::parse_bytes(std::vector<uint8_t> bytes, const std::string& name) {
+  std::unique_ptr<GgufFile> file(new GgufFile(name, std::move(bytes)));
   file->parse();
   return file;
 }
@@ -186,7 +223,7 @@ void GgufFile::parse() {
   if (magic != kGgufMagic) {
     char found[5] = {};
     std::memcpy(found, &magic, 4);
-    for (char& c : found) c = (c >= 32 && c < 127) ? c : '?';
+    for (int k = 0; k < 4; ++k) found[k] = (found[k] >= 32 && found[k] < 127) ? found[k] : '?';  // keep the NUL
     throw ModelLoadError("not a GGUF file (bad magic)",
                          {path, "", "the bytes 'GGUF'", std::string("'") + found + "'",
                           "is this a safetensors or PyTorch file?"});
@@ -199,12 +236,10 @@ void GgufFile::parse() {
   }
   const int64_t num_tensors = cur.read<int64_t>("tensor count");
   const int64_t num_kv = cur.read<int64_t>("metadata count");
-  if (num_tensors < 0 || static_cast<uint64_t>(num_tensors) > cur.remaining()) {
-    cur.fail("tensor count out of bounds", "a count that fits the file", std::to_string(num_tensors));
-  }
-  if (num_kv < 0 || static_cast<uint64_t>(num_kv) > cur.remaining()) {
-    cur.fail("metadata count out of bounds", "a count that fits the file", std::to_string(num_kv));
-  }
+  if (num_tensors < 0) cur.fail("negative tensor count", ">= 0", std::to_string(num_tensors));
+  if (num_kv < 0) cur.fail("negative metadata count", ">= 0", std::to_string(num_kv));
+  check_count_fits(cur, static_cast<uint64_t>(num_kv), kMinKvBytes, "metadata count", "key-value pairs", "");
+  check_count_fits(cur, static_cast<uint64_t>(num_tensors), kMinTensorInfoBytes, "tensor count", "tensor infos", "");
 
   for (int64_t k = 0; k < num_kv; ++k) {
     std::string key = cur.read_string("metadata key");
@@ -225,6 +260,8 @@ void GgufFile::parse() {
     alignment_ = static_cast<uint64_t>(align);
   }
 
+  // Checked again now that the metadata has used its share of the bytes.
+  check_count_fits(cur, static_cast<uint64_t>(num_tensors), kMinTensorInfoBytes, "tensor count", "tensor infos", "");
   tensors_.reserve(static_cast<size_t>(num_tensors));
   for (int64_t t = 0; t < num_tensors; ++t) {
     GgufTensorInfo info;
@@ -257,7 +294,12 @@ void GgufFile::parse() {
                            {path, info.name, "dims[0] a multiple of " + std::to_string(traits->block_elements),
                             std::to_string(info.dims[0]), ""});
     }
-    info.num_bytes = count / traits->block_elements * traits->block_bytes;
+    const int64_t blocks = count / traits->block_elements;
+    if (blocks > std::numeric_limits<int64_t>::max() / traits->block_bytes) {
+      cur.fail("tensor byte size overflows", "a size below 2^63", std::to_string(blocks) + " blocks of " +
+               std::to_string(traits->block_bytes) + " bytes", info.name);
+    }
+    info.num_bytes = blocks * traits->block_bytes;
     if (info.offset % alignment_ != 0) {
       throw ModelLoadError("misaligned tensor data offset",
                            {path, info.name, "a multiple of " + std::to_string(alignment_),

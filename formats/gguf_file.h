@@ -62,6 +62,8 @@ class GgufFile {
   // was expected and what was found: bad magic or version, truncation, unknown value or
   // tensor types, misaligned or out-of-bounds tensor data, duplicate names.
   static std::unique_ptr<GgufFile> open(const std::string& path);
+  // Same checks on a file already in memory; `name` stands for the path in errors.
+  static std::unique_ptr<GgufFile> parse_bytes(std::vector<uint8_t> bytes, const std::string& name);
 
   const std::string& path() const { return map_.path(); }
   uint32_t version() const { return version_; }
@@ -96,6 +98,7 @@ class GgufFile {
 
  private:
   explicit GgufFile(const std::string& path);
+  GgufFile(const std::string& name, std::vector<uint8_t> bytes);
   void parse();
 
   MappedFile map_;

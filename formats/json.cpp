@@ -97,6 +97,44 @@ std::string format_double(double v) {
 
 }  // namespace
 
+// One step of a value's key path: a member name or an array index, after its container's
+// path. Values share their ancestors' nodes, so a long key is stored once, not copied
+// into the path of every value beneath it (which would let a small document allocate
+// without bound).
+struct JsonPathNode {
+  JsonPathPtr parent;
+  std::string key;  // member name (when !is_index)
+  size_t index = 0;
+  bool is_index = false;
+};
+
+namespace {
+
+JsonPathPtr member_path(const JsonPathPtr& parent, const std::string& key) {
+  return std::make_shared<const JsonPathNode>(JsonPathNode{parent, key, 0, false});
+}
+
+JsonPathPtr element_path(const JsonPathPtr& parent, size_t index) {
+  return std::make_shared<const JsonPathNode>(JsonPathNode{parent, "", index, true});
+}
+
+// "" for the root, "a.b", "a[2].c".
+std::string path_string(const JsonPathNode* node) {
+  std::vector<const JsonPathNode*> steps;
+  for (; node != nullptr; node = node->parent.get()) steps.push_back(node);
+  std::string out;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if ((*it)->is_index) {
+      out += "[" + std::to_string((*it)->index) + "]";
+    } else {
+      out += out.empty() ? (*it)->key : "." + (*it)->key;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 // The parser: a cursor over the text; every value is built with its key path.
 class JsonParser {
  public:
@@ -110,14 +148,14 @@ class JsonParser {
     }
     if (text_.substr(0, 3) == "\xEF\xBB\xBF") pos_ = 3;  // a UTF-8 byte order mark
     skip_ws();
-    JsonValue root = parse_value("", 0);
+    JsonValue root = parse_value(nullptr, 0);
     skip_ws();
-    if (pos_ != text_.size()) fail("unexpected text after the JSON value", "end of input", "");
+    if (pos_ != text_.size()) fail("unexpected text after the JSON value", "end of input", nullptr);
     return root;
   }
 
  private:
-  JsonValue parse_value(const std::string& path, size_t depth) {
+  JsonValue parse_value(const JsonPathPtr& path, size_t depth) {
     if (pos_ >= text_.size()) fail("unexpected end of input", "a value", path);
     JsonValue v;
     const char c = text_[pos_];
@@ -134,7 +172,7 @@ class JsonParser {
     return v;
   }
 
-  JsonValue parse_object(const std::string& path, size_t depth) {
+  JsonValue parse_object(const JsonPathPtr& path, size_t depth) {
     enter(depth, path);
     ++pos_;  // '{'
     JsonObject obj;
@@ -152,7 +190,7 @@ class JsonParser {
       if (peek() != ':') fail("expected ':' after the member name", "':'", path);
       ++pos_;
       skip_ws();
-      JsonValue value = parse_value(path.empty() ? key : path + "." + key, depth + 1);
+      JsonValue value = parse_value(member_path(path, key), depth + 1);
       auto [it, fresh] = obj.index.emplace(key, obj.members.size());
       if (fresh) {
         obj.members.emplace_back(std::move(key), std::move(value));
@@ -170,7 +208,7 @@ class JsonParser {
     return JsonValue::make_object(std::move(obj));
   }
 
-  JsonValue parse_array(const std::string& path, size_t depth) {
+  JsonValue parse_array(const JsonPathPtr& path, size_t depth) {
     enter(depth, path);
     ++pos_;  // '['
     std::vector<JsonValue> items;
@@ -182,7 +220,7 @@ class JsonParser {
     for (;;) {
       skip_ws();
       if (peek() == ']') fail("trailing comma in array", "a value", path);
-      items.push_back(parse_value(path + "[" + std::to_string(items.size()) + "]", depth + 1));
+      items.push_back(parse_value(element_path(path, items.size()), depth + 1));
       skip_ws();
       if (peek() == ',') { ++pos_; continue; }
       if (peek() == ']') { ++pos_; break; }
@@ -191,7 +229,7 @@ class JsonParser {
     return JsonValue::make_array(std::move(items));
   }
 
-  std::string parse_string(const std::string& path) {
+  std::string parse_string(const JsonPathPtr& path) {
     ++pos_;  // opening quote
     std::string out;
     for (;;) {
@@ -213,7 +251,7 @@ class JsonParser {
     }
   }
 
-  void append_escape(std::string& out, const std::string& path) {
+  void append_escape(std::string& out, const JsonPathPtr& path) {
     // Positions in errors point at the backslash.
     if (pos_ + 1 >= text_.size()) fail("unterminated string", "an escape character", path);
     static const char kEscapes[] = "\"\\/bfnrt";
@@ -243,7 +281,7 @@ class JsonParser {
   }
 
   // Reads "\uXXXX" at pos_.
-  uint32_t read_hex4(const std::string& path) {
+  uint32_t read_hex4(const JsonPathPtr& path) {
     uint32_t v = 0;
     for (size_t k = 2; k < 6; ++k) {
       const char h = pos_ + k < text_.size() ? text_[pos_ + k] : '\0';
@@ -255,7 +293,7 @@ class JsonParser {
     return v;
   }
 
-  JsonValue parse_number(const std::string& path) {
+  JsonValue parse_number(const JsonPathPtr& path) {
     const size_t start = pos_;
     bool integral = true;
     if (peek() == '-') ++pos_;
@@ -305,7 +343,7 @@ class JsonParser {
     return true;
   }
 
-  void enter(size_t depth, const std::string& path) {
+  void enter(size_t depth, const JsonPathPtr& path) {
     if (depth >= options_.max_depth) {
       fail("nesting too deep", "at most " + std::to_string(options_.max_depth) + " nested arrays and objects", path);
     }
@@ -326,7 +364,7 @@ class JsonParser {
   }
 
   // `found` defaults to the character at pos_.
-  [[noreturn]] void fail(const std::string& reason, const std::string& expected, const std::string& path,
+  [[noreturn]] void fail(const std::string& reason, const std::string& expected, const JsonPathPtr& path,
                          std::string found = "") const {
     // Line and column (in characters) of pos_, and the text around it on that line.
     size_t line = 1, line_start = 0;
@@ -342,13 +380,13 @@ class JsonParser {
     size_t from = pos_ > line_start + 24 ? pos_ - 24 : line_start;
     while (continuation(from)) ++from;  // cut on character boundaries
     size_t to = std::min(text_.size(), pos_ + 16);
-    while (continuation(to)) --to;
+    while (to > from && continuation(to)) --to;  // stop at `from`: the text may start with stray bytes
     std::string excerpt;
     for (size_t k = from; k < to && text_[k] != '\n'; ++k) excerpt += static_cast<uint8_t>(text_[k]) < 0x20 ? ' ' : text_[k];
     if (found.empty()) found = describe_char(pos_);
     std::ostringstream msg;
     msg << "invalid JSON: " << reason << " at line " << line << ", column " << column << " (near '" << excerpt << "')";
-    throw ConfigError(msg.str(), {options_.source, path, expected, found, ""});
+    throw ConfigError(msg.str(), {options_.source, path_string(path.get()), expected, found, ""});
   }
 
   std::string_view text_;
@@ -390,6 +428,13 @@ JsonValue JsonValue::make_number(double d, std::optional<int64_t> integer) {
 JsonValue JsonValue::make_string(std::string s) { JsonValue v; v.data_ = std::move(s); return v; }
 JsonValue JsonValue::make_array(std::vector<JsonValue> items) { JsonValue v; v.data_ = std::move(items); return v; }
 JsonValue JsonValue::make_object(JsonObject object) { JsonValue v; v.data_ = std::move(object); return v; }
+
+std::string JsonValue::path() const { return path_string(path_.get()); }
+
+std::string JsonValue::display_path() const {
+  std::string p = path();
+  return p.empty() ? "(root)" : p;
+}
 
 const std::string& JsonValue::source() const {
   static const std::string kNone;
@@ -487,7 +532,7 @@ const JsonValue* JsonValue::find(std::string_view key) const {
 const JsonValue& JsonValue::at(std::string_view key) const {
   const JsonValue* v = find(key);
   if (v == nullptr) {
-    const std::string child = path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+    const std::string child = path_string(member_path(path_, std::string(key)).get());
     throw ConfigError("required key is missing", {source(), child, "a value", "nothing", ""});
   }
   return *v;

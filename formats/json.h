@@ -24,6 +24,8 @@ enum class JsonType { kNull, kBool, kNumber, kString, kArray, kObject };
 const char* json_type_name(JsonType type);  // "null", "bool", "number", ...
 
 class JsonValue;
+struct JsonPathNode;  // one step of a key path (json.cpp)
+using JsonPathPtr = std::shared_ptr<const JsonPathNode>;
 
 // A number: always a double; `integer` too when the literal was an integer (no fraction,
 // no exponent) within int64, so ids and sizes above 2^53 stay exact.
@@ -91,8 +93,8 @@ class JsonValue {
   std::optional<bool> find_bool(std::string_view key) const;
 
   // Where this value sits: "" for the root, "a.b", "a[2].c". Set by the parser.
-  const std::string& path() const { return path_; }
-  std::string display_path() const { return path_.empty() ? "(root)" : path_; }
+  std::string path() const;
+  std::string display_path() const;
   const std::string& source() const;  // the file it came from, "" for text
   std::string describe() const;       // "string", "array[3]", "object{2}" for messages
 
@@ -104,7 +106,7 @@ class JsonValue {
   [[noreturn]] void type_error(const std::string& expected) const;
 
   std::variant<std::monostate, bool, JsonNumber, std::string, std::vector<JsonValue>, JsonObject> data_;
-  std::string path_;
+  JsonPathPtr path_;  // built into a string only when asked (errors)
   std::shared_ptr<const std::string> source_;  // shared by every value of one document
 };
 

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -33,12 +34,18 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       throw ModelLoadError("cannot memory-map file", {path, "", "", std::strerror(err), ""});
     }
     data_ = static_cast<const uint8_t*>(p);
+    mapped_ = true;
   }
   ::close(fd);
 }
 
+MappedFile::MappedFile(std::string name, std::vector<uint8_t> bytes)
+    : path_(std::move(name)), size_(bytes.size()), owned_(std::move(bytes)) {
+  data_ = owned_.empty() ? nullptr : owned_.data();
+}
+
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 }  // namespace lorakv::formats

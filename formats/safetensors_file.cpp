@@ -9,6 +9,7 @@
 #include <iterator>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "common/errors.h"
 #include "formats/ggml_types.h"
@@ -80,9 +81,16 @@ const char* safetensors_dtype_name(SafetensorsDtype dtype) { return dtype_info(d
 int64_t safetensors_dtype_size(SafetensorsDtype dtype) { return dtype_info(dtype).size; }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : map_(path) {}
+SafetensorsFile::SafetensorsFile(const std::string& name, std::vector<uint8_t> bytes) : map_(name, std::move(bytes)) {}
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile(path));
+  file->parse();
+  return file;
+}
+
+std::unique_ptr<SafetensorsFile> SafetensorsFile::parse_bytes(std::vector<uint8_t> bytes, const std::string& name) {
+  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile(name, std::move(bytes)));
   file->parse();
   return file;
 }

@@ -46,6 +46,8 @@ class SafetensorsFile {
   // Opens and validates `path`; throws ModelLoadError naming the file, the tensor or
   // field, what was expected and what was found.
   static std::unique_ptr<SafetensorsFile> open(const std::string& path);
+  // Same checks on a file already in memory; `name` stands for the path in errors.
+  static std::unique_ptr<SafetensorsFile> parse_bytes(std::vector<uint8_t> bytes, const std::string& name);
 
   const std::string& path() const { return map_.path(); }
   uint64_t file_size() const { return map_.size(); }
@@ -62,6 +64,7 @@ class SafetensorsFile {
 
  private:
   explicit SafetensorsFile(const std::string& path);
+  SafetensorsFile(const std::string& name, std::vector<uint8_t> bytes);
   void parse();
 
   MappedFile map_;

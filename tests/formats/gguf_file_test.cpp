@@ -4,7 +4,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "tests/support/test_settings.h"
 #include "common/errors.h"
@@ -155,6 +159,8 @@ TEST(GgufFile, RejectsWrongMagic) {
   const std::string path = temp_path("magic.gguf");
   b.write(path);
   expect_load_error(path, "bad magic");
+  // Exactly the four bytes, unprintable ones as '?' (the text once ran on past them).
+  expect_load_error(path, "found 'PK?" "?' (hint");  // split: "??'" is a trigraph
 }
 
 TEST(GgufFile, RejectsUnsupportedVersion) {
@@ -234,6 +240,137 @@ TEST(GgufFile, RejectsHugeCountsWithoutAllocating) {
   const std::string path = temp_path("huge.gguf");
   b.write(path);
   expect_load_error(path, "array length out of bounds");
+}
+
+std::vector<uint8_t> concat(std::initializer_list<std::vector<uint8_t>> parts) {
+  std::vector<uint8_t> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// Expects opening `path` to throw ModelLoadError naming the file, `key` and a byte offset,
+// with `needle` in its message. Any other exception (std::bad_alloc...) fails the test.
+void expect_count_error(const std::string& path, const std::string& key, const std::string& needle) {
+  try {
+    GgufFile::open(path);
+    ADD_FAILURE() << "expected a ModelLoadError containing '" << needle << "'";
+  } catch (const ModelLoadError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.context().file, path);
+    EXPECT_EQ(e.context().key, key);
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+    EXPECT_NE(what.find("at byte "), std::string::npos) << "message should give the offset: " << what;
+  }
+}
+
+// A 1 GiB file, sparse (its hole reads as zeros and takes no disk), whose only array
+// claims almost as many string elements as the file has bytes. Each string needs at
+// least its 8-byte length, so the count cannot be right; reserving it (about 100 bytes
+// per element in memory) once asked for ~100 GB and died with std::bad_alloc.
+TEST(GgufFile, ArrayCountBeyondWhatItsElementsCanFitIsATypedError) {
+  constexpr uint64_t kFileBytes = uint64_t{1} << 30;
+  GgufBuilder b;
+  b.add_raw("tokenizer.ggml.tokens", 9, concat({le_bytes<uint32_t>(8), le_bytes<uint64_t>(kFileBytes - 128)}));
+  const std::string path = temp_path("sparse-array.gguf");
+  b.write(path);
+  std::filesystem::resize_file(path, kFileBytes);
+  expect_count_error(path, "tokenizer.ggml.tokens", "array length out of bounds");
+  expect_count_error(path, "tokenizer.ggml.tokens", "string elements (");
+  std::filesystem::remove(path);
+}
+
+// The same for the tensor infos: a count the bytes could hold one byte each, but not one
+// 32-byte info each, once reserved ~120 GB.
+TEST(GgufFile, TensorCountBeyondWhatTheInfosCanFitIsATypedError) {
+  constexpr uint64_t kFileBytes = uint64_t{1} << 30;
+  std::vector<uint8_t> header = concat({le_bytes<uint32_t>(0x46554747), le_bytes<uint32_t>(3),
+                                        le_bytes<int64_t>(static_cast<int64_t>(kFileBytes - 64)), le_bytes<int64_t>(0)});
+  const std::string path = temp_path("sparse-tensors.gguf");
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
+  }
+  std::filesystem::resize_file(path, kFileBytes);
+  expect_count_error(path, "", "tensor count out of bounds");
+  std::filesystem::remove(path);
+}
+
+// For every element type, the count check is tight: exactly as many smallest elements as
+// the bytes hold parse; one more is refused before anything is read or reserved.
+TEST(GgufFile, ArrayCountIsBoundedByTheSmallestEncodingOfItsElementType) {
+  struct Case {
+    uint32_t type;
+    std::vector<uint8_t> element;  // the smallest valid encoding of one element
+  };
+  const std::vector<uint8_t> empty_u8_array = concat({le_bytes<uint32_t>(0), le_bytes<uint64_t>(0)});
+  const Case cases[] = {
+      {0, {0}}, {1, {0}}, {7, {0}}, {2, std::vector<uint8_t>(2)}, {3, std::vector<uint8_t>(2)},
+      {4, std::vector<uint8_t>(4)}, {5, std::vector<uint8_t>(4)}, {6, std::vector<uint8_t>(4)},
+      {10, std::vector<uint8_t>(8)}, {11, std::vector<uint8_t>(8)}, {12, std::vector<uint8_t>(8)},
+      {8, le_bytes<uint64_t>(0)},  // an empty string
+      {9, empty_u8_array},         // an empty array<uint8>
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("element type " + std::to_string(c.type));
+    constexpr uint64_t kElements = 3;
+    for (uint64_t claimed : {kElements, kElements + 1}) {
+      std::vector<uint8_t> payload = concat({le_bytes<uint32_t>(c.type), le_bytes<uint64_t>(claimed)});
+      for (uint64_t k = 0; k < kElements; ++k) payload.insert(payload.end(), c.element.begin(), c.element.end());
+      GgufBuilder b;
+      b.alignment = 1;  // no padding: the array's elements end the file
+      b.add_raw("the.array", 9, payload);
+      const std::string path = temp_path("tight.gguf");
+      b.write(path);
+      if (claimed == kElements) {
+        auto f = GgufFile::open(path);
+        EXPECT_EQ(f->find("the.array")->array.size(), kElements);
+      } else {
+        expect_count_error(path, "the.array", "array length");
+      }
+    }
+  }
+}
+
+TEST(GgufFile, MetadataCountBeyondWhatThePairsCanFitIsATypedError) {
+  GgufBuilder b;
+  b.alignment = 1;
+  b.add_u32("only.key", 1);  // 8 + 8 + 4 + 4 = 24 bytes: room for one pair of 13 or more
+  std::vector<uint8_t> bytes = b.bytes();
+  const int64_t claimed = 2;
+  std::memcpy(bytes.data() + 16, &claimed, sizeof claimed);  // the metadata count
+  const std::string path = temp_path("kv-count.gguf");
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  expect_count_error(path, "", "metadata count out of bounds");
+}
+
+// 2^62 float32 elements take 2^64 bytes: the size must be refused, not wrap to zero and
+// pass the bounds check.
+TEST(GgufFile, RejectsTensorByteSizeOverflow) {
+  GgufBuilder b;
+  b.tensors.push_back(GgufBuilder::Tensor{"huge", {int64_t{1} << 62}, 0, {}});
+  const std::string path = temp_path("overflow.gguf");
+  b.write(path);
+  expect_load_error(path, "tensor byte size overflows");
+}
+
+TEST(GgufFile, ParsesBytesInMemoryAsAFile) {
+  const std::vector<uint8_t> bytes = small_valid_file().bytes();
+  auto f = GgufFile::parse_bytes(bytes, "in-memory.gguf");
+  EXPECT_EQ(f->path(), "in-memory.gguf");
+  EXPECT_EQ(f->file_size(), bytes.size());
+  EXPECT_EQ(f->get_string_array("tokenizer.ggml.tokens"), (std::vector<std::string>{"a", "b", "ab"}));
+  float out[3];
+  dequantize_to_f32(GgmlType::kF32, f->tensor("v").data, out, 3);
+  EXPECT_EQ(out[1], 10.0f);
+  try {
+    GgufFile::parse_bytes(std::vector<uint8_t>(bytes.begin(), bytes.begin() + 30), "cut.gguf");
+    FAIL() << "expected a ModelLoadError";
+  } catch (const ModelLoadError& e) {
+    EXPECT_EQ(e.context().file, "cut.gguf");
+  }
 }
 
 TEST(GgufFile, MissingFileNamesThePath) {

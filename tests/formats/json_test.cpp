@@ -2,6 +2,7 @@
 // surrogate pairs, exact integers, malformed documents with line:column, and typed
 // accessor errors that name the key path.
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <cmath>
 #include <fstream>
@@ -144,6 +145,62 @@ TEST(Json, RejectsNestingBombsAndOversizedDocuments) {
   JsonParseOptions lenient;
   lenient.allow_duplicate_keys = true;
   EXPECT_EQ(parse_json(R"({"k": 1, "k": 2})", lenient).at("k").as_int(), 2);
+}
+
+// The error excerpt stops at character boundaries; a text of nothing but stray UTF-8
+// continuation bytes once walked the excerpt's end below its start and read on past the
+// document until it met a newline.
+TEST(Json, ErrorExcerptStaysInsideTextOfStrayContinuationBytes) {
+  const std::string text(100, '\x9c');
+  try {
+    parse_json(text);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("invalid value at line 1, column 1 (near '')"), std::string::npos) << what.substr(0, 200);
+    EXPECT_NE(what.find("byte 0x9C"), std::string::npos) << what.substr(0, 200);
+  }
+}
+
+// Bytes malloc has handed out and not taken back (arenas and mmapped blocks).
+size_t heap_bytes_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// Every value's key path is kept as a link to its container's, not as its own string: a
+// long key above many values once put a copy of that key into every value's path, so a
+// 70 KB document held 128 MB (and a few MB of text could ask for terabytes).
+TEST(Json, MemoryStaysProportionalToTheTextUnderALongKey) {
+  const std::string key(64 * 1024, 'k');
+  std::string text = "{\"" + key + "\": [0";
+  for (int k = 1; k < 2000; ++k) text += ",0";
+  text += "]}";
+  const size_t before = heap_bytes_in_use();
+  const JsonValue v = parse_json(text);
+  const size_t held = heap_bytes_in_use() - before;
+  // ~200 bytes per value (the value and its path link) and three copies of the key.
+  EXPECT_LT(held, 32 * text.size()) << "held " << held << " bytes for a " << text.size() << "-byte document";
+  const JsonValue& last = v.at(key).at(size_t{1999});
+  EXPECT_EQ(last.path(), key + "[1999]");
+  expect_config_error([&] { last.as_string(); }, {"[" + key + "[1999]]", "expected a string"});
+}
+
+TEST(Json, PathsOfEveryShape) {
+  const JsonValue v = parse_json(R"([{"": {"a": [[{"b": 1}]]}}, 2])");
+  const JsonValue& b = v.at(size_t{0}).at("").at("a").at(size_t{0}).at(size_t{0}).at("b");
+  EXPECT_EQ(b.path(), "[0]..a[0][0].b");
+  EXPECT_EQ(v.at(size_t{1}).path(), "[1]");
+  EXPECT_EQ(v.path(), "");
+  EXPECT_EQ(v.display_path(), "(root)");
+  const JsonValue o = parse_json(R"({"": {"x": 1}})");
+  EXPECT_EQ(o.at("").at("x").path(), "x");  // an empty key adds nothing before a member
+  expect_parse_error(R"({"a": [1, {"b": tru}]})", {"invalid value"});
+  try {
+    parse_json(R"({"a": [1, {"b": tru}]})");
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.context().key, "a[1].b");
+  }
 }
 
 TEST(Json, TypedAccessorErrorsNameThePath) {
