@@ -38,10 +38,14 @@ void BlockPool::write(const at::Tensor& slots, const at::Tensor& a, const at::Te
   const auto idx = slots.to(spec_.device, at::kLong);
   std::vector<int64_t> want{slots.numel()};
   want.insert(want.end(), spec_.row_shape.begin(), spec_.row_shape.end());
-  TORCH_CHECK(a.sizes() == at::IntArrayRef(want), "rows must be ", at::IntArrayRef(want), ", got ", a.sizes());
+  LORAKV_CHECK(a.defined() && a.sizes() == at::IntArrayRef(want), InvalidArgumentError,
+               "block pool " << spec_.id << ": rows " << at::IntArrayRef(want) << " expected, got "
+                             << (a.defined() ? a.sizes() : at::IntArrayRef{}));
   flat(a_).index_copy_(0, idx, a.to(spec_.device, a_.scalar_type()));
   if (b_.defined()) {
-    TORCH_CHECK(b.defined() && b.sizes() == a.sizes(), "base rows need V of K's shape");
+    LORAKV_CHECK(b.defined() && b.sizes() == a.sizes(), InvalidArgumentError,
+                 "block pool " << spec_.id << ": base rows need V of K's shape " << a.sizes() << ", got "
+                               << (b.defined() ? b.sizes() : at::IntArrayRef{}));
     flat(b_).index_copy_(0, idx, b.to(spec_.device, b_.scalar_type()));
   }
 }

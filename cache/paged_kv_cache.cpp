@@ -1,6 +1,8 @@
 // cache/paged_kv_cache.cpp: bookkeeping and storage kept in step; gathers; measured stats.
 #include "cache/paged_kv_cache.h"
 
+#include <algorithm>
+
 #include "common/errors.h"
 
 namespace lorakv::cache {
@@ -8,6 +10,19 @@ namespace lorakv::cache {
 namespace {
 at::Tensor long_tensor(const std::vector<int64_t>& v) {
   return at::tensor(v, at::TensorOptions().dtype(at::kLong));
+}
+
+at::IntArrayRef sizes_of(const at::Tensor& t) { return t.defined() ? t.sizes() : at::IntArrayRef{}; }
+
+void check_layer(const CacheLayout& l, int64_t layer, const char* op) {
+  LORAKV_CHECK(layer >= 0 && layer < l.num_layers, InvalidArgumentError,
+               op << ": layer " << layer << " outside 0.." << l.num_layers - 1);
+}
+
+void check_lane(const CacheLayout& l, int64_t layer, int64_t group, const char* op) {
+  check_layer(l, layer, op);
+  LORAKV_CHECK(group >= 0 && group < l.num_groups(), InvalidArgumentError,
+               op << ": head group " << group << " outside 0.." << l.num_groups() - 1);
 }
 }  // namespace
 
@@ -58,11 +73,20 @@ std::optional<AppendSlots> PagedKvCache::append(SeqId seq, const AppendRequest& 
 
 void PagedKvCache::write_base(const AppendSlots& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   const CacheLayout& l = layout();
-  TORCH_CHECK(k.dim() == 3 && k.size(1) == l.num_kv_heads && k.size(2) == l.head_dim && v.sizes() == k.sizes(),
-              "k, v must be [T, num_kv_heads, head_dim], got ", k.sizes(), " and ", v.sizes());
+  check_layer(l, layer, "write_base");
+  LORAKV_CHECK(k.defined() && v.defined() && k.dim() == 3 && k.size(1) == l.num_kv_heads && k.size(2) == l.head_dim &&
+                   v.sizes() == k.sizes() && k.is_floating_point() && v.is_floating_point(),
+               InvalidArgumentError,
+               "write_base: float k, v [T, " << l.num_kv_heads << ", " << l.head_dim << "] expected, got "
+                                             << sizes_of(k) << " and " << sizes_of(v));
+  LORAKV_CHECK(static_cast<int64_t>(slots.base.size()) == l.num_lanes(), InvalidArgumentError,
+               "write_base: the slots are not from this cache's append (" << slots.base.size() << " lanes, not "
+                                                                          << l.num_lanes() << ")");
   for (int64_t g = 0; g < l.num_groups(); ++g) {
-    const LaneSlots& lane = slots.base.at(static_cast<size_t>(l.lane(layer, g)));
-    TORCH_CHECK(static_cast<int64_t>(lane.slots.size()) == k.size(0), "rows for ", lane.slots.size(), " tokens expected");
+    const LaneSlots& lane = slots.base[static_cast<size_t>(l.lane(layer, g))];
+    LORAKV_CHECK(static_cast<int64_t>(lane.slots.size()) == k.size(0), InvalidArgumentError,
+                 "write_base: k, v rows for the append's " << lane.slots.size() << " tokens expected, got "
+                                                           << k.size(0));
     pools_[0].write(long_tensor(lane.slots), k.narrow(1, g * l.heads_per_group, l.heads_per_group),
                     v.narrow(1, g * l.heads_per_group, l.heads_per_group));
   }
@@ -70,13 +94,22 @@ void PagedKvCache::write_base(const AppendSlots& slots, int64_t layer, const at:
 
 void PagedKvCache::write_residual(const AppendSlots& slots, size_t index, int64_t layer, const at::Tensor& c) {
   const CacheLayout& l = layout();
+  check_layer(l, layer, "write_residual");
+  LORAKV_CHECK(index < slots.residual.size() && static_cast<int64_t>(slots.residual[index].size()) == l.num_lanes(),
+               InvalidArgumentError,
+               "write_residual: the append has " << slots.residual.size() << " residual streams, no index " << index);
+  LORAKV_CHECK(c.defined() && c.dim() == 2 && c.is_floating_point(), InvalidArgumentError,
+               "write_residual: float residual rows c [T, rank] expected, got " << sizes_of(c));
   for (int64_t g = 0; g < l.num_groups(); ++g) {
-    const LaneSlots& lane = slots.residual.at(index).at(static_cast<size_t>(l.lane(layer, g)));
+    const LaneSlots& lane = slots.residual[index][static_cast<size_t>(l.lane(layer, g))];
     if (lane.slots.empty()) continue;
+    const int64_t rank = manager_.pool_rank(lane.pool);
+    const int64_t needed = *std::max_element(lane.token_offsets.begin(), lane.token_offsets.end()) + 1;
+    LORAKV_CHECK(c.size(1) == rank && c.size(0) >= needed, InvalidArgumentError,
+                 "write_residual: rows c [T >= " << needed << ", " << rank << "] expected at layer " << layer
+                                                 << ", got " << c.sizes());
     // Only the positions this lane keeps get a residual row (per-head token sets).
     const at::Tensor rows = c.index_select(0, long_tensor(lane.token_offsets).to(c.device()));
-    TORCH_CHECK(c.dim() == 2 && c.size(1) == manager_.pool_rank(lane.pool), "residual rows must be [T, ",
-                manager_.pool_rank(lane.pool), "], got ", c.sizes());
     pools_[static_cast<size_t>(lane.pool)].write(long_tensor(lane.slots), rows);
   }
 }
@@ -90,6 +123,7 @@ bool PagedKvCache::compact(SeqId seq, const KeepSets& keep) {
 }
 
 GatheredRows PagedKvCache::gather_lane(SeqId seq, int64_t layer, int64_t group) const {
+  check_lane(layout(), layer, group, "gather_lane");
   const at::Tensor slots = long_tensor(manager_.base_slots(seq, layout().lane(layer, group)));
   // [N, hpg, D] -> [hpg, N, D]
   return {pools_[0].gather_a(slots).transpose(0, 1).contiguous(), pools_[0].gather_b(slots).transpose(0, 1).contiguous(),
@@ -97,12 +131,13 @@ GatheredRows PagedKvCache::gather_lane(SeqId seq, int64_t layer, int64_t group) 
 }
 
 GatheredRows PagedKvCache::gather_layer(SeqId seq, int64_t layer) const {
+  check_layer(layout(), layer, "gather_layer");
   std::vector<at::Tensor> ks, vs;
   at::Tensor positions;
   for (int64_t g = 0; g < layout().num_groups(); ++g) {
     GatheredRows rows = gather_lane(seq, layer, g);
-    TORCH_CHECK(!positions.defined() || at::equal(positions, rows.positions),
-                "head groups of layer ", layer, " keep different tokens; gather them per lane");
+    LORAKV_CHECK(!positions.defined() || at::equal(positions, rows.positions), InvalidArgumentError,
+                 "gather_layer: head groups of layer " << layer << " keep different tokens; gather them per lane");
     positions = rows.positions;
     ks.push_back(rows.k);
     vs.push_back(rows.v);
@@ -112,10 +147,11 @@ GatheredRows PagedKvCache::gather_layer(SeqId seq, int64_t layer) const {
 
 GatheredResidual PagedKvCache::gather_residual(SeqId seq, const ContentKey& stream, int64_t layer,
                                                int64_t group) const {
+  check_lane(layout(), layer, group, "gather_residual");
   const int64_t lane = layout().lane(layer, group);
   const ResidualStream& r = manager_.residual(seq, stream);
   const int32_t pool = r.pools.at(static_cast<size_t>(layer));
-  TORCH_CHECK(pool > 0, "the stream has no rows at layer ", layer);
+  LORAKV_CHECK(pool > 0, InvalidArgumentError, "gather_residual: the stream has no rows at layer " << layer);
   const at::Tensor slots = long_tensor(manager_.residual_slots(seq, stream, lane));
   const at::Tensor base_slots = long_tensor(manager_.base_slots(seq, lane)).narrow(0, 0, slots.numel());
   return {pools_[static_cast<size_t>(pool)].gather_a(slots), pools_[0].gather_positions(base_slots)};

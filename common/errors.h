@@ -59,6 +59,15 @@ class ConfigError : public Error {
       : Error("config error", message, std::move(context)) {}
 };
 
+// A value a lorakv op cannot take, from its caller: a tensor of the wrong shape or dtype,
+// rows outside the batch, a request the cache's current state does not allow. Raised at
+// op boundaries (kernels/, cache/); the CLI checks its own flags first, as ConfigErrors.
+class InvalidArgumentError : public Error {
+ public:
+  explicit InvalidArgumentError(const std::string& message, ErrorContext context = {})
+      : Error("invalid argument", message, std::move(context)) {}
+};
+
 // An internal invariant broke: a bug in lorakv, not bad input.
 class InternalError : public std::logic_error {
  public:
@@ -80,6 +89,18 @@ namespace detail {
       lorakv_assert_os_ << "" __VA_ARGS__;                                              \
       ::lorakv::detail::throw_internal(#cond, __FILE__, __LINE__, lorakv_assert_os_.str()); \
     }                                                                                   \
+  } while (0)
+
+// Input check at an op boundary: throws `ErrorType` (an Error subclass taking a message)
+// with the streamed message when `cond` is false, e.g.
+//   LORAKV_CHECK(x.dim() == 2, InvalidArgumentError, "lora_add: x must be [T, in], got " << x.sizes());
+#define LORAKV_CHECK(cond, ErrorType, ...)     \
+  do {                                         \
+    if (!(cond)) {                             \
+      std::ostringstream lorakv_check_os_;     \
+      lorakv_check_os_ << __VA_ARGS__;         \
+      throw ErrorType(lorakv_check_os_.str()); \
+    }                                          \
   } while (0)
 
 #ifdef NDEBUG

@@ -5,20 +5,48 @@
 
 namespace lorakv::kernels {
 
+namespace {
+
+at::IntArrayRef sizes_of(const at::Tensor& t) { return t.defined() ? t.sizes() : at::IntArrayRef{}; }
+
+// The shapes the header promises, checked before any ATen op can fail on them.
+void check_attention_input(const AttentionInput& in) {
+  LORAKV_CHECK(in.q.defined() && in.k.defined() && in.v.defined() && in.q.dim() == 3 && in.k.dim() == 3 &&
+                   in.v.sizes() == in.k.sizes() && in.k.size(2) == in.q.size(2),
+               InvalidArgumentError,
+               "causal_attention: q [Tq, heads, head_dim] and k, v [kv_heads, Tk, head_dim] expected, got "
+                   << sizes_of(in.q) << ", " << sizes_of(in.k) << " and " << sizes_of(in.v));
+  LORAKV_CHECK(in.k.size(0) > 0 && in.q.size(1) % in.k.size(0) == 0, InvalidArgumentError,
+               "causal_attention: " << in.q.size(1) << " query heads are not a multiple of " << in.k.size(0)
+                                    << " KV heads");
+  LORAKV_CHECK(in.q.scalar_type() == in.k.scalar_type() && in.k.scalar_type() == in.v.scalar_type(),
+               InvalidArgumentError,
+               "causal_attention: q, k, v dtypes differ: " << in.q.scalar_type() << ", " << in.k.scalar_type() << ", "
+                                                           << in.v.scalar_type());
+  auto positions_ok = [](const at::Tensor& p, int64_t n) {
+    return p.defined() && p.dim() == 1 && p.size(0) == n && p.scalar_type() == at::kLong;
+  };
+  LORAKV_CHECK(positions_ok(in.q_positions, in.q.size(0)) && positions_ok(in.k_positions, in.k.size(1)),
+               InvalidArgumentError,
+               "causal_attention: int64 positions [" << in.q.size(0) << "] and [" << in.k.size(1) << "] expected, got "
+                                                     << sizes_of(in.q_positions) << " and " << sizes_of(in.k_positions));
+  LORAKV_CHECK(in.window >= 0, InvalidArgumentError, "causal_attention: negative window " << in.window);
+}
+
+}  // namespace
+
 at::Tensor causal_attention(const AttentionInput& in) {
+  check_attention_input(in);
   const int64_t tq = in.q.size(0);
   const int64_t num_heads = in.q.size(1);
   const int64_t head_dim = in.q.size(2);
   const int64_t num_kv_heads = in.k.size(0);
   const int64_t tk = in.k.size(1);
-  LORAKV_ASSERT(num_heads % num_kv_heads == 0, "heads " << num_heads << " not a multiple of kv heads " << num_kv_heads);
-  LORAKV_ASSERT(in.v.size(1) == tk && in.k_positions.size(0) == tk && in.q_positions.size(0) == tq,
-                "attention inputs disagree on lengths");
   const int64_t group = num_heads / num_kv_heads;
 
   // Queries of one KV group side by side: [Hkv, G * Tq, D], so one batched matmul per
   // KV head serves all its query heads without repeating K or V.
-  at::Tensor q = in.q.view({tq, num_kv_heads, group, head_dim}).permute({1, 2, 0, 3}).reshape(
+  at::Tensor q = in.q.reshape({tq, num_kv_heads, group, head_dim}).permute({1, 2, 0, 3}).reshape(
       {num_kv_heads, group * tq, head_dim});
   at::Tensor scores = at::matmul(q, in.k.transpose(1, 2)).mul_(in.scale);  // [Hkv, G*Tq, Tk]
   at::Tensor distance = in.q_positions.unsqueeze(1) - in.k_positions.unsqueeze(0);  // [Tq, Tk]
@@ -33,6 +61,10 @@ at::Tensor causal_attention(const AttentionInput& in) {
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  LORAKV_CHECK(x.defined() && weight.defined() && x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
+               InvalidArgumentError, "rms_norm: x [..., hidden] and weight [hidden] expected, got " << sizes_of(x)
+                                                                                                    << " and "
+                                                                                                    << sizes_of(weight));
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
   at::Tensor normed = xf * at::rsqrt(variance + eps);

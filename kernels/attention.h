@@ -21,11 +21,13 @@ struct AttentionInput {
 
 // Each query attends to keys with position <= its own. Query heads map to KV heads in
 // groups: head h reads KV head h / (num_heads / num_kv_heads), as transformers' repeat_kv.
-// Returns float [Tq, num_heads, head_dim].
+// Returns float [Tq, num_heads, head_dim]. Throws InvalidArgumentError for inputs of other
+// shapes or mixed dtypes.
 at::Tensor causal_attention(const AttentionInput& in);
 
 // RMSNorm as in Llama: x * rsqrt(mean(x^2) + eps) * weight, computed in float32.
-// x: [T, hidden]; weight: float [hidden]. Returns [T, hidden] in x's dtype.
+// x: [T, hidden]; weight: float [hidden]. Returns [T, hidden] in x's dtype. Throws
+// InvalidArgumentError when the sizes disagree.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 }  // namespace lorakv::kernels

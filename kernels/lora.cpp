@@ -2,11 +2,14 @@
 // the work is two GEMMs per segment, so the dispatch is ATen's).
 #include "kernels/lora.h"
 
-#include <c10/util/Exception.h>
+#include "common/errors.h"
 
 namespace lorakv::kernels {
 
 namespace {
+// An undefined tensor prints as [].
+at::IntArrayRef sizes_of(const at::Tensor& t) { return t.defined() ? t.sizes() : at::IntArrayRef{}; }
+
 
 // Rows of one segment as indices.
 void append_rows(const LoraRows& r, std::vector<int64_t>& rows) {
@@ -55,34 +58,64 @@ void lora_add_gathered(at::Tensor& out, const at::Tensor& x, const std::vector<L
   }
 }
 
+// Row indices of a segment: int64 [n], each inside the batch of `batch_rows`. Index values
+// are checked on host tensors only (a device tensor would need a sync per projection).
+void check_rows(const LoraRows& r, int64_t batch_rows) {
+  if (!r.rows.defined()) {
+    LORAKV_CHECK(r.begin >= 0 && r.length >= 0 && r.begin + r.length <= batch_rows, InvalidArgumentError,
+                 "lora_add: rows [" << r.begin << ", " << r.begin + r.length << ") outside the batch of " << batch_rows);
+    return;
+  }
+  LORAKV_CHECK(r.rows.dim() == 1 && r.rows.scalar_type() == at::kLong, InvalidArgumentError,
+               "lora_add: row indices must be int64 [n], got " << r.rows.scalar_type() << " " << r.rows.sizes());
+  if (!r.rows.is_cpu()) return;
+  const at::Tensor idx = r.rows.contiguous();
+  const int64_t* p = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    LORAKV_CHECK(p[i] >= 0 && p[i] < batch_rows, InvalidArgumentError,
+                 "lora_add: row index " << p[i] << " outside the batch of " << batch_rows);
+  }
+}
+
+// One segment's factors against the activations: A [r, in], B [out, r], x's dtype and device.
+void check_segment(const LoraSegment& s, const at::Tensor& x, const at::Tensor& out) {
+  LORAKV_CHECK(s.a.defined() && s.b.defined() && s.a.dim() == 2 && s.b.dim() == 2 && s.a.size(1) == x.size(1) &&
+                   s.b.size(0) == out.size(1) && s.a.size(0) == s.b.size(1),
+               InvalidArgumentError,
+               "lora_add: A [r, " << x.size(1) << "] and B [" << out.size(1) << ", r] expected, got "
+                                  << sizes_of(s.a) << " and "
+                                  << sizes_of(s.b));
+  LORAKV_CHECK(s.a.scalar_type() == x.scalar_type() && s.b.scalar_type() == x.scalar_type(), InvalidArgumentError,
+               "lora_add: adapter dtype " << s.a.scalar_type() << "/" << s.b.scalar_type()
+                                          << " differs from the activations' " << x.scalar_type());
+  LORAKV_CHECK(s.a.device() == x.device() && s.b.device() == x.device(), InvalidArgumentError,
+               "lora_add: adapter on " << s.a.device() << ", activations on " << x.device());
+  check_rows(s.rows, x.size(0));
+}
+
 }  // namespace
 
 void lora_add(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments) {
-  TORCH_CHECK(x.dim() == 2 && out.dim() == 2 && x.size(0) == out.size(0), "lora_add: x [T, in] and out [T, out] expected, got ",
-              x.sizes(), " and ", out.sizes());
+  LORAKV_CHECK(x.defined() && out.defined() && x.dim() == 2 && out.dim() == 2 && x.size(0) == out.size(0),
+               InvalidArgumentError,
+               "lora_add: x [T, in] and out [T, out] expected, got " << sizes_of(x)
+                                                                    << " and "
+                                                                    << sizes_of(out));
+  LORAKV_CHECK(out.scalar_type() == x.scalar_type() && out.device() == x.device(), InvalidArgumentError,
+               "lora_add: out (" << out.scalar_type() << ", " << out.device() << ") must match x (" << x.scalar_type()
+                                 << ", " << x.device() << ")");
+  for (const LoraSegment& s : segments) check_segment(s, x, out);
   bool same_rank = segments.size() >= 3;
   int64_t covered = 0;
   for (const LoraSegment& s : segments) {
-    same_rank = same_rank && s.a.dim() == 2 && s.a.size(0) == segments[0].a.size(0);
+    same_rank = same_rank && s.a.size(0) == segments[0].a.size(0);
     covered += s.rows.rows.defined() ? s.rows.rows.numel() : s.rows.length;
   }
   if (same_rank && covered <= 2 * static_cast<int64_t>(segments.size())) {
-    for (const LoraSegment& s : segments) {
-      TORCH_CHECK(s.a.size(1) == x.size(1) && s.b.dim() == 2 && s.b.size(0) == out.size(1) && s.b.size(1) == s.a.size(0) &&
-                      s.a.scalar_type() == x.scalar_type() && s.b.scalar_type() == x.scalar_type(),
-                  "lora_add: A [r, ", x.size(1), "] and B [", out.size(1), ", r] in ", x.scalar_type(), " expected, got ",
-                  s.a.sizes(), " and ", s.b.sizes());
-    }
     lora_add_gathered(out, x, segments);
     return;
   }
   for (const LoraSegment& s : segments) {
-    TORCH_CHECK(s.a.dim() == 2 && s.b.dim() == 2 && s.a.size(1) == x.size(1) && s.b.size(0) == out.size(1) &&
-                    s.a.size(0) == s.b.size(1),
-                "lora_add: A [r, ", x.size(1), "] and B [", out.size(1), ", r] expected, got ", s.a.sizes(), " and ",
-                s.b.sizes());
-    TORCH_CHECK(s.a.scalar_type() == x.scalar_type() && s.b.scalar_type() == x.scalar_type(),
-                "lora_add: adapter dtype ", s.a.scalar_type(), " differs from the activations' ", x.scalar_type());
     if (s.rows.rows.defined()) {
       const at::Tensor& idx = s.rows.rows;
       if (idx.numel() == 0) continue;
@@ -91,8 +124,6 @@ void lora_add(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegmen
       out.index_add_(0, idx, delta);
     } else {
       if (s.rows.length == 0) continue;
-      TORCH_CHECK(s.rows.begin >= 0 && s.rows.begin + s.rows.length <= x.size(0), "lora_add: rows [", s.rows.begin, ", ",
-                  s.rows.begin + s.rows.length, ") outside the batch of ", x.size(0));
       const at::Tensor xs = x.narrow(0, s.rows.begin, s.rows.length);  // [n, in]
       at::Tensor dst = out.narrow(0, s.rows.begin, s.rows.length);     // [n, out], a view
       dst.addmm_(at::matmul(xs, s.a.t()), s.b.t());

@@ -30,7 +30,8 @@ struct LoraSegment {
 //   x:   [T, in]  the projection's input (float32 or bfloat16)
 //   out: [T, out] the base projection x · W^T (+ bias), same dtype as x
 // Segments must not overlap (each row belongs to at most one adapter); rows in no segment
-// are left as they are (the base model). Checks shapes and dtypes once per segment.
+// are left as they are (the base model). Throws InvalidArgumentError for factors of the
+// wrong shape, dtype or device, and for rows outside the batch.
 // Two strategies, same result: per segment, two GEMMs over its rows (prefill, few
 // adapters); or, for three or more segments of one rank with at most two rows each on
 // average (decode of a mixed batch), each row's A and B gathered and two batched matmuls

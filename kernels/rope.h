@@ -22,7 +22,8 @@ at::Tensor rope_llama3_scaling(const at::Tensor& inv_freq, double factor, double
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& positions, const at::Tensor& inv_freq);
 
 // Rotates x in place of a copy. x: float [T, H, D]; cos, sin: float32 [T, D].
-// Returns float [T, H, D] in x's dtype.
+// Returns float [T, H, D] in x's dtype. Every function here throws InvalidArgumentError
+// for arguments of other shapes (or an odd rotary_dim).
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace lorakv::kernels

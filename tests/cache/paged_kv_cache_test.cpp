@@ -1,6 +1,7 @@
 // tests/cache/paged_kv_cache_test.cpp: storage kept in step with bookkeeping: round trips,
 // copy-on-write contents, per-head compaction with aligned residual rows (including an
-// agent that catches up after eviction), and measured bytes against a closed form.
+// agent that catches up after eviction), measured bytes against a closed form, and bad
+// shapes and indices at the write/gather entry points as InvalidArgumentError.
 #include "cache/paged_kv_cache.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <utility>
 
 #include "cache_test_util.h"
+#include "common/errors.h"
 
 namespace lorakv::cache {
 namespace {
@@ -137,6 +139,94 @@ TEST(PagedKvCache, BFloat16StoresRowsInTwoBytes) {
   EXPECT_EQ(rows.k.scalar_type(), at::kBFloat16);
   EXPECT_TRUE(at::equal(rows.k.transpose(0, 1), k.to(at::kBFloat16)));
   EXPECT_EQ(cache.pool(0).a_bytes_per_block(), 4 * 3 * 4 * 2);
+}
+
+// A cache with one sequence of 3 tokens appended (not yet written), residual stream `res`
+// of ranks {0, 2} attached and covering them. heads_per_group 1: 3 lanes per layer.
+struct OneAppend {
+  PagedKvCache cache{config(1)};
+  ContentKey res = ContentKey::residual(StreamKind::kResidualV, StorageDtype::kFloat32, kA);
+  AppendSlots slots;
+  OneAppend() {
+    cache.create_sequence(SeqId(1), ContentKey::base(StorageDtype::kFloat32));
+    cache.attach_residual(SeqId(1), res, {0, 2}, {});
+    std::optional<AppendSlots> s = cache.append(SeqId(1), {{1, 2, 3}, kA, {{res, 3}}});
+    EXPECT_TRUE(s);
+    slots = *s;
+  }
+};
+
+TEST(PagedKvCache, WriteBaseRefusesBadShapesAndLayers) {
+  OneAppend f;
+  const at::Tensor k = at::zeros({3, 3, 4});  // [T, num_kv_heads, head_dim]
+  EXPECT_THROW(f.cache.write_base(f.slots, 0, at::zeros({3, 2, 4}), at::zeros({3, 2, 4})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_base(f.slots, 0, at::zeros({3, 3, 5}), at::zeros({3, 3, 5})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_base(f.slots, 0, at::zeros({2, 3, 4}), at::zeros({2, 3, 4})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_base(f.slots, 0, k, at::zeros({3, 3, 3})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_base(f.slots, 0, at::zeros({9, 4}), at::zeros({9, 4})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_base(f.slots, 0, k, at::Tensor()), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_base(f.slots, 0, k.to(at::kLong), k.to(at::kLong)), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_base(f.slots, 2, k, k), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_base(f.slots, -1, k, k), InvalidArgumentError);
+  AppendSlots foreign = f.slots;
+  foreign.base.pop_back();
+  EXPECT_THROW(f.cache.write_base(foreign, 0, k, k), InvalidArgumentError);
+  try {
+    f.cache.write_base(f.slots, 0, at::zeros({3, 2, 4}), at::zeros({3, 2, 4}));
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("write_base: float k, v [T, 3, 4] expected, got [3, 2, 4]"),
+              std::string::npos)
+        << e.what();
+  }
+  f.cache.write_base(f.slots, 0, k, k);  // the right shape still goes in
+}
+
+TEST(PagedKvCache, WriteResidualRefusesBadShapesAndIndices) {
+  OneAppend f;
+  // Layer 1 has rank 2; layer 0 has rank 0 (no rows, nothing to check against).
+  f.cache.write_residual(f.slots, 0, 1, at::zeros({3, 2}));
+  EXPECT_THROW(f.cache.write_residual(f.slots, 0, 1, at::zeros({3, 3})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_residual(f.slots, 0, 1, at::zeros({2, 2})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_residual(f.slots, 0, 1, at::zeros({6})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_residual(f.slots, 0, 1, at::zeros({3, 2}, at::kLong)), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_residual(f.slots, 1, 1, at::zeros({3, 2})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_residual(f.slots, 0, 2, at::zeros({3, 2})), InvalidArgumentError);
+}
+
+TEST(PagedKvCache, GathersRefuseBadLanesAndMismatchedRequests) {
+  OneAppend f;
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    const at::Tensor k = make_k(f.cache.layout(), layer, 0, {1, 2, 3});
+    f.cache.write_base(f.slots, layer, k, k);
+  }
+  f.cache.write_residual(f.slots, 0, 1, at::zeros({3, 2}));
+  EXPECT_THROW(f.cache.gather_lane(SeqId(1), 2, 0), InvalidArgumentError);
+  EXPECT_THROW(f.cache.gather_lane(SeqId(1), 0, 3), InvalidArgumentError);
+  EXPECT_THROW(f.cache.gather_layer(SeqId(1), -1), InvalidArgumentError);
+  EXPECT_THROW(f.cache.gather_residual(SeqId(1), f.res, 1, 3), InvalidArgumentError);
+  EXPECT_EQ(f.cache.gather_residual(SeqId(1), f.res, 1, 0).c.sizes(), (at::IntArrayRef{3, 2}));
+  EXPECT_THROW(f.cache.gather_residual(SeqId(1), f.res, 0, 0), InvalidArgumentError);  // rank 0 at layer 0
+  // Per-head eviction: the lanes of layer 0 keep different rows, so one layer tensor cannot hold them.
+  KeepSets keep(static_cast<size_t>(f.cache.layout().num_lanes()), std::vector<int64_t>{0, 1, 2});
+  keep[1] = {0, 2};
+  ASSERT_TRUE(f.cache.compact(SeqId(1), keep));
+  EXPECT_THROW(f.cache.gather_layer(SeqId(1), 0), InvalidArgumentError);
+  EXPECT_EQ(f.cache.gather_layer(SeqId(1), 1).k.sizes(), (at::IntArrayRef{3, 3, 4}));
+}
+
+TEST(BlockPool, WriteRefusesRowsOfAnotherShape) {
+  BlockPoolSpec spec;
+  spec.num_blocks = 2;
+  spec.block_size = 4;
+  spec.row_shape = {1, 4};
+  spec.base = true;
+  BlockPool pool(spec);
+  const at::Tensor slots = at::tensor({0, 5}, at::kLong);
+  pool.write(slots, at::ones({2, 1, 4}), at::ones({2, 1, 4}));
+  EXPECT_THROW(pool.write(slots, at::ones({2, 4}), at::ones({2, 4})), InvalidArgumentError);
+  EXPECT_THROW(pool.write(slots, at::ones({3, 1, 4}), at::ones({3, 1, 4})), InvalidArgumentError);
+  EXPECT_THROW(pool.write(slots, at::ones({2, 1, 4}), at::ones({2, 1, 3})), InvalidArgumentError);
+  EXPECT_THROW(pool.write(slots, at::ones({2, 1, 4})), InvalidArgumentError);  // V missing
 }
 
 }  // namespace
