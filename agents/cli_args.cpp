@@ -39,6 +39,8 @@ CliArgs::CliArgs(const std::vector<std::string>& args, const std::set<std::strin
   }
 }
 
+std::string CliArgs::help_hint() const { return "see 'lorakv " + command_ + " --help'"; }
+
 std::optional<std::string> CliArgs::get(const std::string& flag) const {
   auto it = values_.find(flag);
   if (it == values_.end()) return std::nullopt;
@@ -52,7 +54,7 @@ std::vector<std::string> CliArgs::get_all(const std::string& flag) const {
 
 std::string CliArgs::require(const std::string& flag) const {
   auto v = get(flag);
-  if (!v) throw ConfigError("missing required flag", {"", flag, "", "", "see 'lorakv " + command_ + " --help'"});
+  if (!v) throw ConfigError("missing required flag", {"", flag, "", "", help_hint()});
   return *v;
 }
 
@@ -68,7 +70,7 @@ int64_t CliArgs::get_int(const std::string& flag, int64_t fallback, int64_t min,
     used = 0;
   }
   if (used == 0 || used != v->size() || n < min || n > max) {
-    throw ConfigError("invalid value", {"", flag, range, "'" + *v + "'", ""});
+    throw ConfigError("invalid value", {"", flag, range, "'" + *v + "'", help_hint()});
   }
   return n;
 }
@@ -85,7 +87,7 @@ double CliArgs::get_double(const std::string& flag, double fallback, double min,
   }
   if (used == 0 || used != v->size() || !std::isfinite(x) || x < min || x > max) {
     throw ConfigError("invalid value", {"", flag, "a number in [" + std::to_string(min) + ", " + std::to_string(max) + "]",
-                                        "'" + *v + "'", ""});
+                                        "'" + *v + "'", help_hint()});
   }
   return x;
 }

@@ -25,6 +25,8 @@ class CliArgs {
   // A finite number within [min, max], or `fallback` when absent.
   double get_double(const std::string& flag, double fallback, double min, double max) const;
   const std::vector<std::string>& positional() const { return positional_; }
+  // "see 'lorakv <command> --help'", the hint of the parser's errors.
+  std::string help_hint() const;
 
  private:
   std::string command_;

@@ -6,6 +6,7 @@
 
 #include "agents/cli_args.h"
 #include "agents/commands.h"
+#include "agents/generate_options.h"
 #include "adapters/adapter_registry.h"
 #include "common/errors.h"
 #include "common/logging.h"
@@ -47,73 +48,45 @@ flags:
   --help                    this text
 )";
 
-runtime::SamplingOptions parse_sampling(const CliArgs& a) {
-  runtime::SamplingOptions s;
-  s.temperature = a.get_double("--temperature", 0.0, 0.0, 100.0);
-  s.top_k = a.get_int("--top-k", 0, 0, 1 << 30);
-  s.top_p = a.get_double("--top-p", 1.0, 1e-6, 1.0);
-  s.repetition_penalty = a.get_double("--repetition-penalty", 1.0, 1e-3, 100.0);
-  s.seed = static_cast<uint64_t>(a.get_int("--seed", 0, 0, INT64_MAX));
-  return s;
-}
-
-}  // namespace
-
-int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CliArgs a(args,
-            {"--model", "--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty",
-             "--seed", "--stop", "--dtype", "--log-level", "--adapter", "--use", "--chat-format"},
-            {"--chat", "--logprobs", "--help"}, "generate");
-  if (a.has("--help")) {
-    out << kGenerateHelp;
-    return 0;
-  }
-  if (!a.positional().empty()) {
-    throw ConfigError("unexpected argument", {"", a.positional().front(), "flags only", "", "see 'lorakv generate --help'"});
-  }
-  if (auto level = a.get("--log-level")) log::set_level(log::parse_level(*level));
-  const std::string model_path = a.require("--model");
-  const std::vector<std::string> prompts = a.get_all("--prompt");
-  if (prompts.empty()) a.require("--prompt");  // throws naming the flag
-  std::vector<std::string> uses = a.get_all("--use");
-  if (uses.size() > 1 && uses.size() != prompts.size()) {
-    throw ConfigError("--use must be given once or once per --prompt", {"", "--use",
-                      std::to_string(prompts.size()) + " values", std::to_string(uses.size()), ""});
-  }
-  if (uses.size() == 1) uses.assign(prompts.size(), uses[0]);
-  runtime::GenerationRequest request;
-  request.max_new_tokens = a.get_int("--max-tokens", 128, 1, 100000);
-  request.sampling = parse_sampling(a);
-  request.stop_strings = a.get_all("--stop");
-  request.logprobs = a.has("--logprobs");
-  const at::ScalarType dtype = runtime::parse_model_dtype(a.get("--dtype").value_or("float32"));
-
-  runtime::LoadedModel loaded = runtime::load_model(model_path, dtype);
-  if (!loaded.tokenizer) {
-    throw ConfigError("the model has no tokenizer", {model_path, "tokenizer.json", "a tokenizer", "none",
-                                                     "add the checkpoint's tokenizer.json"});
-  }
-  const formats::BpeTokenizer& tok = *loaded.tokenizer;
-  adapters::AdapterRegistry registry(loaded.model->adapter_shape(), loaded.model->dtype());
-  for (const std::string& spec : a.get_all("--adapter")) {
-    const size_t eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
-      throw ConfigError("bad --adapter value", {"", "--adapter", "NAME=PATH", spec, ""});
-    }
-    auto adapter = registry.load(spec.substr(0, eq), spec.substr(eq + 1));
+// The adapters named by --adapter, loaded for the model's shape and dtype.
+void load_adapters(const std::vector<AdapterSpec>& specs, adapters::AdapterRegistry& registry) {
+  for (const AdapterSpec& spec : specs) {
+    auto adapter = registry.load(spec.name, spec.path);
     log::info("adapter '" + adapter->name() + "' loaded: " + adapters::adapter_format_name(adapter->format()) +
               ", rank " + std::to_string(adapter->min_rank()) + ".." + std::to_string(adapter->max_rank()) + ", " +
               std::to_string(adapter->modules().size()) + " modules, " + std::to_string(adapter->num_bytes()) +
               " bytes, hash " + adapter->content_hash());
   }
+}
+
+}  // namespace
+
+int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CliArgs a(args, generate_value_flags(), generate_bool_flags(), "generate");
+  if (a.has("--help")) {
+    out << kGenerateHelp;
+    return 0;
+  }
+  // Every flag is checked before the model loads (seconds to minutes).
+  const GenerateOptions options = parse_generate_options(a);
+  if (options.log_level) log::set_level(*options.log_level);
+  const std::vector<std::string>& prompts = options.prompts;
+  const std::vector<std::string>& uses = options.uses;
+  runtime::GenerationRequest request = options.request;
+
+  runtime::LoadedModel loaded = runtime::load_model(options.model_path, options.dtype);
+  if (!loaded.tokenizer) {
+    throw ConfigError("the model has no tokenizer", {options.model_path, "tokenizer.json", "a tokenizer", "none",
+                                                     "add the checkpoint's tokenizer.json"});
+  }
+  const formats::BpeTokenizer& tok = *loaded.tokenizer;
+  adapters::AdapterRegistry registry(loaded.model->adapter_shape(), loaded.model->dtype());
+  load_adapters(options.adapters, registry);
   if (tok.eos_id() >= 0) request.stop_token_ids.push_back(tok.eos_id());
   std::optional<formats::ChatTemplate> chat;
-  if (a.has("--chat-format") && !a.has("--chat")) {
-    throw ConfigError("--chat-format needs --chat", {"", "--chat-format", "--chat as well", "", ""});
-  }
-  if (a.has("--chat")) {
-    auto format = a.get("--chat-format");
-    chat = format ? formats::ChatTemplate::by_name(*format) : formats::ChatTemplate::from_jinja(tok.chat_template());
+  if (options.chat) {
+    chat = options.chat_format ? formats::ChatTemplate::by_name(*options.chat_format)
+                               : formats::ChatTemplate::from_jinja(tok.chat_template());
     if (auto end = tok.token_id(chat->end_of_turn())) request.stop_token_ids.push_back(*end);
   }
   std::vector<runtime::GenerationRequest> requests;
@@ -122,7 +95,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
     const std::string text = chat ? chat->render({{"user", prompts[i]}}, /*add_generation_prompt=*/true) : prompts[i];
     r.prompt = tok.encode(text);
     if (r.prompt.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "nothing", ""});
-    if (!uses.empty() && uses[i] != "base") r.adapter = registry.require(uses[i]);
+    if (!uses.empty() && uses[i] != kBaseAdapterName) r.adapter = registry.require(uses[i]);
     requests.push_back(std::move(r));
   }
 

@@ -1,22 +1,12 @@
-// agents/main.cpp: the `lorakv` command line. The one place that catches lorakv's errors
-// and turns them into a message and an exit code.
-#include <exception>
+// agents/main.cpp: the `lorakv` command line. Errors become a message and an exit code in
+// run_cli_main (agents/cli.cpp).
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "agents/cli.h"
-#include "common/errors.h"
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  try {
-    return lorakv::agents::run_cli(args, std::cout, std::cerr);
-  } catch (const lorakv::Error& e) {
-    std::cerr << "lorakv: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "lorakv: unexpected error: " << e.what() << "\n";
-    return 3;
-  }
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  return lorakv::agents::run_cli_main(args, std::cout, std::cerr);
 }
