@@ -1,0 +1,78 @@
+// kernels/cpu/lora_attention_avx2.cpp: the AVX2 + FMA path (8 floats per register). Built
+// with -mavx2 -mfma for this file only (kernels/CMakeLists.txt) and run only when
+// common/cpu_features.h says the CPU and OS support it.
+#include "kernels/cpu/lora_attention_plan.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#include <math.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/lora_attention_impl.h"
+
+namespace lorakv::kernels::cpu::avx2 {
+namespace {
+
+struct Vec {
+  using R = __m256;
+  static constexpr int kW = 8;
+  static constexpr int kScoreRegs = 2;  // 16 keys x 4 rows: 8 accumulators of 16 registers
+  static R zero() { return _mm256_setzero_ps(); }
+  static R set1(float x) { return _mm256_set1_ps(x); }
+  static R load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, R x) { _mm256_storeu_ps(p, x); }
+  static R load_bf16(const uint16_t* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  static R add(R a, R b) { return _mm256_add_ps(a, b); }
+  static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
+  static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
+  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static R max(R a, R b) { return _mm256_max_ps(a, b); }
+  static float hmax(R a) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+  }
+  static float hsum(R a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  // Cephes expf: 2^n * p(r), r = x - n ln2; exactly 0 below -87 (and for -inf).
+  static R exp(R x) {
+    const R tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.3762626647949f));
+    R fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    R y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
+    const __m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(y, _mm256_castsi256_ps(n)));
+  }
+};
+
+}  // namespace
+
+const PathKernels kKernels = FusedAttention<Vec>::kernels();
+
+}  // namespace lorakv::kernels::cpu::avx2
+
+#else  // not built for AVX2 (another architecture): never selected, see cpu_features.h
+
+namespace lorakv::kernels::cpu::avx2 {
+const PathKernels kKernels = {nullptr, nullptr, nullptr};
+}
+
+#endif

@@ -1,0 +1,75 @@
+// kernels/cpu/lora_attention_avx512.cpp: the AVX-512 path (16 floats per register). Built
+// with -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma for this file only
+// (kernels/CMakeLists.txt) and run only when common/cpu_features.h says the CPU and OS
+// support it, so the binary still runs on AVX2-only machines.
+#include "kernels/cpu/lora_attention_plan.h"
+
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized
+// flags wherever they are inlined (GCC bug 105593, fixed in GCC 13).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#include <math.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/lora_attention_impl.h"
+
+namespace lorakv::kernels::cpu::avx512 {
+namespace {
+
+struct Vec {
+  using R = __m512;
+  static constexpr int kW = 16;
+  static constexpr int kScoreRegs = 4;  // 64 keys x 4 rows: 16 accumulators of 32 registers
+  static R zero() { return _mm512_setzero_ps(); }
+  static R set1(float x) { return _mm512_set1_ps(x); }
+  static R load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, R x) { _mm512_storeu_ps(p, x); }
+  static R load_bf16(const uint16_t* p) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  static R add(R a, R b) { return _mm512_add_ps(a, b); }
+  static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
+  static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static R max(R a, R b) { return _mm512_max_ps(a, b); }
+  static float hmax(R a) { return _mm512_reduce_max_ps(a); }
+  static float hsum(R a) { return _mm512_reduce_add_ps(a); }
+  // Cephes expf: 2^n * p(r), r = x - n ln2; exactly 0 below -87 (and for -inf).
+  static R exp(R x) {
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.3762626647949f));
+    R fx = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+    R y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.f)));
+    const __m512i n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(static_cast<__mmask16>(~tiny), y, _mm512_castsi512_ps(n));
+  }
+};
+
+}  // namespace
+
+const PathKernels kKernels = FusedAttention<Vec>::kernels();
+
+}  // namespace lorakv::kernels::cpu::avx512
+
+#else  // not built for AVX-512 (another architecture): never selected, see cpu_features.h
+
+namespace lorakv::kernels::cpu::avx512 {
+const PathKernels kKernels = {nullptr, nullptr, nullptr};
+}
+
+#endif

@@ -1,0 +1,465 @@
+// kernels/cpu/lora_attention_impl.h: the fused base + low-rank attention over paged rows,
+// written once over a vector type V (see lora_attention_ops.h for why it is a template over
+// an internal-linkage type). Per work item (base or agent, KV head, key range):
+//   for each tile of kTileKeys rows: load K, V, positions once (bfloat16 -> float32, keys
+//     stored before RoPE rotated, K transposed for the score loop), then for every agent
+//     whose queries read it: its keys (K-LoRA: base + RoPE(C_k B_k), expanded and rotated
+//     here, never stored), scores of 4 query rows at a time, causal/window mask by stored
+//     position, online-softmax update of the row's two accumulators P.V (head_dim wide) and
+//     P.C_v (rank wide), rescaled together.
+// merge_rows then combines an agent's partial records over the items of its KV head
+// (split-K), runs the epilogue out = (P.V + (P.C) B_v) / l and writes out and lse.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/lora_attention_ops.h"
+
+namespace lorakv::kernels::cpu {
+
+template <class V>
+struct FusedAttention {
+  using O = Ops<V>;
+  static constexpr int64_t T = kTileKeys;
+  static constexpr int64_t kScoreRows = 4;  // query rows per score block
+
+  struct Scratch {
+    float* k_conv;    // [T][dim] base keys as float32 (bfloat16 storage)
+    float* k_rot;     // [T][dim] base keys rotated (stored before RoPE)
+    float* kt_base;   // [dim][T]
+    float* k_agent;   // [T][dim] one agent's keys (K-LoRA)
+    float* kt_agent;  // [dim][T]
+    float* v_conv;    // [T][dim] base values as float32 (bfloat16 storage)
+    float* cv;        // [T][rank_pad] C_v tile
+    float* ck;        // [T][rank_pad] C_k tile
+    float* s;         // [kScoreRows][T] scores, then probabilities
+    float* q;         // [item rows][dim] queries, float32, times the softmax scale
+  };
+
+  static Scratch carve(float* base, int64_t dim) {
+    float* p = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
+    const int64_t tile = T * dim, rank_tile = T * round_up(kMaxLoraAttentionRank, 16);
+    Scratch s;
+    s.k_conv = p;
+    s.k_rot = s.k_conv + tile;
+    s.kt_base = s.k_rot + tile;
+    s.k_agent = s.kt_base + tile;
+    s.kt_agent = s.k_agent + tile;
+    s.v_conv = s.kt_agent + tile;
+    s.cv = s.v_conv + tile;
+    s.ck = s.cv + rank_tile;
+    s.s = s.ck + rank_tile;
+    s.q = s.s + 12 * T;
+    return s;
+  }
+
+  // An item's views, resolved once.
+  struct Item {
+    const LoraAttentionParams& p;
+    const Plan& plan;
+    WorkItem& w;
+    const PagedStorage& st;
+    LaneRows lane;
+    int64_t lane_index, head_in_lane, kv_head, dim, group;
+    int64_t agent_begin, agent_end;
+    bool shared;
+
+    // Row offset of agent a's rows among the item's rows (queries, raw scores).
+    int64_t row_offset(int64_t a) const { return shared ? plan.agent_rows[a].row_offset : 0; }
+    float* record(int64_t a, int64_t r) const {
+      const AgentRows& ar = plan.agent_rows[a];
+      return w.partial + (shared ? ar.offset : 0) + r * ar.record_floats;
+    }
+    int64_t rows_before_end() const {
+      const AgentRows& last = plan.agent_rows[agent_end - 1];
+      return row_offset(agent_end - 1) + last.num_rows;
+    }
+  };
+
+  static Item resolve(const Plan& plan, WorkItem& w) {
+    const LoraAttentionParams& p = *plan.params;
+    const SharedBase& base = p.bases[w.base];
+    const bool shared = w.agent < 0;
+    const PagedRows& rows = shared ? base.rows : p.agents[w.agent].private_rows;
+    const int64_t lane_index = w.kv_head / rows.heads_per_lane;
+    const int64_t begin = shared ? base.first_agent : w.agent;
+    const int64_t end = shared ? base.first_agent + base.num_agents : w.agent + 1;
+    return Item{p,         plan,        w, *rows.storage, rows.lanes[lane_index], lane_index, w.kv_head % rows.heads_per_lane,
+                w.kv_head, p.head_dim, plan.group_size, begin, end, shared};
+  }
+
+  struct Tile {
+    int64_t row0 = 0, n = 0, keys_pad = 0;
+    int64_t min_pos = 0, max_pos = 0;
+    const float* k[T];
+    const float* v[T];
+    int32_t pos[T];
+    int32_t rope[T];
+    const float* kt_base = nullptr;  // built on first use
+  };
+
+  struct RowPtrs {
+    const float* const* rows;
+    const float* operator()(int64_t j) const { return rows[j]; }
+  };
+  struct Strided {
+    const float* base;
+    int64_t stride;
+    const float* operator()(int64_t j) const { return base + j * stride; }
+  };
+
+  // Rows row0..row0+n of the item's lane: pointers to float32 keys and values (converted
+  // into scratch for bfloat16), positions. Returns the bytes read.
+  static int64_t load_tile(const Item& it, int64_t row0, int64_t n, bool need_v, const Scratch& sc, Tile& t) {
+    const PagedStorage& st = it.st;
+    const int64_t dim = it.dim, bs = st.block_size;
+    const bool f32 = st.dtype == ElementType::kFloat32;
+    t.row0 = row0;
+    t.n = n;
+    t.keys_pad = round_up(n, V::kScoreRegs * V::kW);
+    t.kt_base = nullptr;
+    int64_t lo = 0, hi = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t i = row0 + j;
+      const int64_t block = it.lane.blocks[i / bs], r = i % bs, slot = block * bs + r;
+      const int64_t off = block * st.block_stride + r * st.row_stride + it.head_in_lane * st.head_stride;
+      t.pos[j] = st.positions[slot];
+      t.rope[j] = st.rope_positions ? st.rope_positions[slot] : t.pos[j];
+      lo = j == 0 || t.pos[j] < lo ? t.pos[j] : lo;
+      hi = j == 0 || t.pos[j] > hi ? t.pos[j] : hi;
+      if (f32) {
+        t.k[j] = static_cast<const float*>(st.k) + off;
+        if (need_v) t.v[j] = static_cast<const float*>(st.v) + off;
+      } else {
+        O::load_row(st.k, st.dtype, off, dim, 1.f, sc.k_conv + j * dim);
+        t.k[j] = sc.k_conv + j * dim;
+        if (need_v) {
+          O::load_row(st.v, st.dtype, off, dim, 1.f, sc.v_conv + j * dim);
+          t.v[j] = sc.v_conv + j * dim;
+        }
+      }
+    }
+    t.min_pos = lo;
+    t.max_pos = hi;
+    const int64_t elem = f32 ? 4 : 2;
+    return n * ((need_v ? 2 : 1) * dim * elem + 4 + (st.rope_positions ? 4 : 0));
+  }
+
+  static const float* cos_row(const Item& it, int32_t pos) { return it.p.rope_cos + pos * (it.dim / 2); }
+  static const float* sin_row(const Item& it, int32_t pos) { return it.p.rope_sin + pos * (it.dim / 2); }
+
+  // The base keys of the tile, transposed ([dim][T]), rotated first when stored before RoPE.
+  static const float* base_keys(const Item& it, const Scratch& sc, Tile& t) {
+    if (t.kt_base) return t.kt_base;
+    if (!it.st.keys_before_rope) {
+      O::transpose(RowPtrs{t.k}, t.n, it.dim, sc.kt_base);
+    } else {
+      for (int64_t j = 0; j < t.n; ++j) {
+        float* x = sc.k_rot + j * it.dim;
+        std::memcpy(x, t.k[j], sizeof(float) * it.dim);
+        O::rotate(x, it.dim, cos_row(it, t.rope[j]), sin_row(it, t.rope[j]));
+      }
+      O::transpose(Strided{sc.k_rot, it.dim}, t.n, it.dim, sc.kt_base);
+    }
+    t.kt_base = sc.kt_base;
+    return t.kt_base;
+  }
+
+  // Residual rows row0..row0+n of `stream` for the item's lane into dst [n][rank_pad].
+  static int64_t load_residual(const Item& it, const LowRankStream& stream, const Tile& t, float* dst) {
+    const PagedStorage& st = *stream.c_storage;
+    const LaneRows& lane = stream.c_lanes[it.lane_index];
+    const int64_t rank = stream.rank, rank_pad = round_up(rank, 16), bs = st.block_size;
+    for (int64_t j = 0; j < t.n; ++j) {
+      const int64_t i = t.row0 + j;
+      const int64_t block = lane.blocks[i / bs], r = i % bs;
+      const int64_t off = block * st.block_stride + r * st.row_stride + it.head_in_lane * st.head_stride;
+      O::load_row_padded(st.k, st.dtype, off, rank, rank_pad, dst + j * rank_pad);
+    }
+    return t.n * rank * (st.dtype == ElementType::kFloat32 ? 4 : 2);
+  }
+
+  // Agent a's keys of the tile, transposed: the base keys, or with K-LoRA base + RoPE(C_k B_k)
+  // at each row's rope position, expanded per tile on chip.
+  static const float* agent_keys(const Item& it, int64_t a, const Scratch& sc, Tile& t, int64_t* residual_bytes) {
+    const LowRankStream& ks = it.p.agents[a].k;
+    if (!it.shared || ks.rank == 0) return base_keys(it, sc, t);
+    *residual_bytes += load_residual(it, ks, t, sc.ck);
+    const int64_t dim = it.dim, rank_pad = round_up(ks.rank, 16);
+    const float* b = ks.b + it.kv_head * ks.b_head_stride;
+    const bool before_rope = it.st.keys_before_rope;
+    for (int64_t j = 0; j < t.n; ++j) {
+      float* x = sc.k_agent + j * dim;
+      std::memset(x, 0, sizeof(float) * dim);
+      O::axpy_rows(x, dim, 0.f, sc.ck + j * rank_pad, Strided{b, ks.b_rank_stride}, ks.rank);
+      if (before_rope) O::add_into(x, t.k[j], dim);
+      O::rotate(x, dim, cos_row(it, t.rope[j]), sin_row(it, t.rope[j]));
+      if (!before_rope) O::add_into(x, t.k[j], dim);
+    }
+    O::transpose(Strided{sc.k_agent, dim}, t.n, dim, sc.kt_agent);
+    return sc.kt_agent;
+  }
+
+  static bool visible(int64_t q_pos, int64_t k_pos, int64_t window) {
+    return k_pos <= q_pos && (window <= 0 || q_pos - k_pos < window);
+  }
+
+  // Whether any of agent a's queries can see a row of the tile (a sufficient test to skip).
+  static bool agent_reads_tile(const Item& it, int64_t a, const Tile& t) {
+    const AgentAttention& ag = it.p.agents[a];
+    for (int64_t q = 0; q < ag.num_queries; ++q) {
+      const int64_t qp = ag.q_positions[q];
+      if (qp >= t.min_pos && (it.p.window <= 0 || qp - t.max_pos < it.p.window)) return true;
+    }
+    return false;
+  }
+
+  // -inf for keys the query at q_pos does not see and for the padding past n.
+  static void mask_row(float* s, const Tile& t, int64_t q_pos, int64_t window) {
+    for (int64_t j = t.n; j < t.keys_pad; ++j) s[j] = O::neg_inf();
+    if (q_pos >= t.max_pos && (window <= 0 || q_pos - t.min_pos < window)) return;
+    for (int64_t j = 0; j < t.n; ++j) {
+      if (!visible(q_pos, t.pos[j], window)) s[j] = O::neg_inf();
+    }
+  }
+
+  // Online softmax: folds one tile's masked scores into the row's record.
+  static void update_record(float* rec, float* s, const Tile& t, int64_t dim, const float* cv, int64_t rank_pad) {
+    const float tile_max = O::row_max(s, t.keys_pad);
+    if (tile_max == O::neg_inf()) return;
+    const float m = rec[0];
+    const float m_new = O::fmax(m, tile_max);
+    const float alpha = m == O::neg_inf() ? 0.f : expf(m - m_new);
+    const float sum = O::exp_shift_sum(s, t.keys_pad, m_new);
+    rec[0] = m_new;
+    rec[1] = rec[1] * alpha + sum;
+    float* acc_v = rec + kRecordHeader;
+    O::axpy_rows(acc_v, dim, alpha, s, RowPtrs{t.v}, t.n);
+    if (rank_pad == 0) return;
+    if (cv) {
+      O::axpy_rows(acc_v + dim, rank_pad, alpha, s, Strided{cv, rank_pad}, t.n);
+    } else if (alpha != 1.f) {
+      O::axpy_rows(acc_v + dim, rank_pad, alpha, s, Strided{cv, rank_pad}, 0);
+    }
+  }
+
+  static void load_queries(const Item& it, const Scratch& sc) {
+    for (int64_t a = it.agent_begin; a < it.agent_end; ++a) {
+      const AgentAttention& ag = it.p.agents[a];
+      float* dst = sc.q + it.row_offset(a) * it.dim;
+      for (int64_t q = 0; q < ag.num_queries; ++q) {
+        for (int64_t g = 0; g < it.group; ++g) {
+          const int64_t head = it.kv_head * it.group + g;
+          O::load_row(ag.q, ag.q_dtype, q * ag.q_row_stride + head * ag.q_head_stride, it.dim, it.p.scale,
+                      dst + (q * it.group + g) * it.dim);
+        }
+      }
+    }
+  }
+
+  static void init_records(const Item& it) {
+    for (int64_t a = it.agent_begin; a < it.agent_end; ++a) {
+      const AgentRows& ar = it.plan.agent_rows[a];
+      for (int64_t r = 0; r < ar.num_rows; ++r) {
+        float* rec = it.record(a, r);
+        std::memset(rec, 0, sizeof(float) * ar.record_floats);
+        rec[0] = O::neg_inf();
+      }
+    }
+    if (it.w.raw_scores) {
+      const int64_t n = it.rows_before_end() * (it.w.row_end - it.w.row_begin);
+      for (int64_t i = 0; i < n; ++i) it.w.raw_scores[i] = O::neg_inf();
+    }
+  }
+
+  static void process_item(const Plan& plan, WorkItem& w, float* scratch) {
+    const Item it = resolve(plan, w);
+    const Scratch sc = carve(scratch, it.dim);
+    init_records(it);
+    load_queries(it, sc);
+    const int64_t keys_in_item = w.row_end - w.row_begin;
+    Tile t;
+    for (int64_t row0 = w.row_begin; row0 < w.row_end; row0 += T) {
+      const int64_t n = w.row_end - row0 < T ? w.row_end - row0 : T;
+      w.base_bytes += load_tile(it, row0, n, true, sc, t);
+      for (int64_t a = it.agent_begin; a < it.agent_end; ++a) {
+        if (!agent_reads_tile(it, a, t)) continue;
+        const AgentAttention& ag = it.p.agents[a];
+        const AgentRows& ar = plan.agent_rows[a];
+        const float* kt = agent_keys(it, a, sc, t, &w.residual_bytes);
+        const float* cv = nullptr;
+        if (it.shared && ag.v.rank > 0) {
+          w.residual_bytes += load_residual(it, ag.v, t, sc.cv);
+          cv = sc.cv;
+        }
+        const float* q = sc.q + it.row_offset(a) * it.dim;
+        for (int64_t r0 = 0; r0 < ar.num_rows; r0 += kScoreRows) {
+          const int64_t rows = ar.num_rows - r0 < kScoreRows ? ar.num_rows - r0 : kScoreRows;
+          O::scores(q + r0 * it.dim, rows, kt, it.dim, t.keys_pad, sc.s);
+          for (int64_t rr = 0; rr < rows; ++rr) {
+            const int64_t r = r0 + rr;
+            float* s = sc.s + rr * T;
+            mask_row(s, t, ag.q_positions[r / it.group], it.p.window);
+            if (w.raw_scores) {
+              std::memcpy(w.raw_scores + (it.row_offset(a) + r) * keys_in_item + (row0 - w.row_begin), s,
+                          sizeof(float) * n);
+            }
+            update_record(it.record(a, r), s, t, it.dim, cv, ar.rank_pad);
+          }
+        }
+      }
+    }
+  }
+
+  static int64_t agent_index_in_base(const Item& it, int64_t a) {
+    return it.shared ? a - it.p.bases[it.w.base].first_agent : 0;
+  }
+
+  // Where item rows' mass goes: row `row` of the lane, for agent a.
+  static float* mass_out(const Item& it, int64_t a) {
+    if (!it.shared) {
+      const AgentAttention& ag = it.p.agents[a];
+      return ag.private_mass + it.kv_head * ag.private_mass_head_stride;
+    }
+    const SharedBase& base = it.p.bases[it.w.base];
+    const int64_t i = it.p.mass == AttentionMass::kPerAgent ? agent_index_in_base(it, a) : 0;
+    return base.mass + i * base.mass_agent_stride + it.kv_head * base.mass_head_stride;
+  }
+
+  static const float* final_lse(const Item& it, int64_t a) {
+    return it.plan.lse_rows + it.plan.lse_offset[a] + it.kv_head * it.plan.agent_rows[a].num_rows;
+  }
+
+  // Decode: the raw scores kept by process_item, normalised with the final lse.
+  static void mass_from_scores(const Item& it) {
+    const int64_t keys = it.w.row_end - it.w.row_begin;
+    const bool sum_agents = it.shared && it.p.mass == AttentionMass::kSumOverAgents;
+    if (sum_agents) {
+      float* out = mass_out(it, it.agent_begin) + it.w.row_begin;
+      for (int64_t j = 0; j < keys; ++j) out[j] = 0.f;
+    }
+    for (int64_t a = it.agent_begin; a < it.agent_end; ++a) {
+      float* out = mass_out(it, a) + it.w.row_begin;
+      if (!sum_agents) {
+        for (int64_t j = 0; j < keys; ++j) out[j] = 0.f;
+      }
+      const float* lse = final_lse(it, a);
+      for (int64_t r = 0; r < it.plan.agent_rows[a].num_rows; ++r) {
+        if (lse[r] == O::neg_inf()) continue;
+        const float* s = it.w.raw_scores + (it.row_offset(a) + r) * keys;
+        for (int64_t j = 0; j < keys; ++j) {
+          if (s[j] != O::neg_inf()) out[j] += expf(s[j] - lse[r]);
+        }
+      }
+    }
+  }
+
+  // A window of queries: a second QK pass with the final lse of every row.
+  static void mass_second_pass(const Item& it, const Scratch& sc, int64_t* bytes_read) {
+    load_queries(it, sc);
+    const bool sum_agents = it.shared && it.p.mass == AttentionMass::kSumOverAgents;
+    Tile t;
+    float mass[T];
+    for (int64_t row0 = it.w.row_begin; row0 < it.w.row_end; row0 += T) {
+      const int64_t n = it.w.row_end - row0 < T ? it.w.row_end - row0 : T;
+      *bytes_read += load_tile(it, row0, n, false, sc, t);
+      for (int64_t j = 0; j < T; ++j) mass[j] = 0.f;
+      for (int64_t a = it.agent_begin; a < it.agent_end; ++a) {
+        if (!sum_agents) {
+          for (int64_t j = 0; j < T; ++j) mass[j] = 0.f;
+        }
+        if (agent_reads_tile(it, a, t)) add_agent_mass(it, a, sc, t, bytes_read, mass);
+        if (!sum_agents) std::memcpy(mass_out(it, a) + row0, mass, sizeof(float) * n);
+      }
+      if (sum_agents) std::memcpy(mass_out(it, it.agent_begin) + row0, mass, sizeof(float) * n);
+    }
+  }
+
+  static void add_agent_mass(const Item& it, int64_t a, const Scratch& sc, Tile& t, int64_t* bytes_read,
+                             float* mass) {
+    const AgentAttention& ag = it.p.agents[a];
+    const AgentRows& ar = it.plan.agent_rows[a];
+    const float* kt = agent_keys(it, a, sc, t, bytes_read);
+    const float* q = sc.q + it.row_offset(a) * it.dim;
+    const float* lse = final_lse(it, a);
+    for (int64_t r0 = 0; r0 < ar.num_rows; r0 += kScoreRows) {
+      const int64_t rows = ar.num_rows - r0 < kScoreRows ? ar.num_rows - r0 : kScoreRows;
+      O::scores(q + r0 * it.dim, rows, kt, it.dim, t.keys_pad, sc.s);
+      for (int64_t rr = 0; rr < rows; ++rr) {
+        const int64_t r = r0 + rr;
+        if (lse[r] == O::neg_inf()) continue;
+        float* s = sc.s + rr * T;
+        mask_row(s, t, ag.q_positions[r / it.group], it.p.window);
+        O::exp_shift_sum(s, t.keys_pad, lse[r]);
+        for (int64_t j = 0; j < t.n; ++j) mass[j] += s[j];
+      }
+    }
+  }
+
+  static void mass_item(const Plan& plan, WorkItem& w, float* scratch, int64_t* bytes_read) {
+    const Item it = resolve(plan, w);
+    if (plan.mass_from_raw_scores) {
+      mass_from_scores(it);
+    } else {
+      mass_second_pass(it, carve(scratch, it.dim), bytes_read);
+    }
+  }
+
+  // Agent a's rows of KV head g: partial records of every item merged (max of m, rescaled
+  // sums), then out = (acc_v + acc_c B_v,g) / l.
+  static void merge_rows(const Plan& plan, int64_t a, int64_t g) {
+    const LoraAttentionParams& p = *plan.params;
+    const AgentAttention& ag = p.agents[a];
+    const AgentRows& ar = plan.agent_rows[a];
+    const int64_t dim = p.head_dim, group = plan.group_size;
+    const int64_t first = plan.merge_begin[a * p.num_kv_heads + g];
+    const int64_t last = plan.merge_begin[a * p.num_kv_heads + g + 1];
+    alignas(64) float acc[kMaxHeadDim + 128];
+    float* acc_c = acc + dim;
+    const int64_t width = dim + ar.rank_pad;
+    float* lse_rows = plan.lse_rows + plan.lse_offset[a] + g * ar.num_rows;
+    for (int64_t r = 0; r < ar.num_rows; ++r) {
+      const int64_t q = r / group, head = g * group + r % group;
+      float m = O::neg_inf();
+      for (int64_t i = first; i < last; ++i) m = O::fmax(m, record(plan, plan.merge_ids[i], a, r)[0]);
+      float lse = O::neg_inf();
+      for (int64_t d = 0; d < width; ++d) acc[d] = 0.f;
+      if (m != O::neg_inf()) {
+        float l = 0.f;
+        for (int64_t i = first; i < last; ++i) {
+          const float* rec = record(plan, plan.merge_ids[i], a, r);
+          if (rec[0] == O::neg_inf()) continue;
+          const float scale = expf(rec[0] - m);
+          l += scale * rec[1];
+          O::axpy_rows(acc, width, 1.f, &scale, Strided{rec + kRecordHeader, 0}, 1);
+        }
+        if (ag.v.rank > 0) {
+          O::axpy_rows(acc, dim, 1.f, acc_c, Strided{ag.v.b + g * ag.v.b_head_stride, ag.v.b_rank_stride}, ag.v.rank);
+        }
+        O::store_row(acc, dim, 1.f / l, static_cast<char*>(ag.out) + out_offset_bytes(ag, q, head), ag.out_dtype);
+        lse = m + logf(l);
+      } else {
+        O::store_row(acc, dim, 0.f, static_cast<char*>(ag.out) + out_offset_bytes(ag, q, head), ag.out_dtype);
+      }
+      if (ag.lse) ag.lse[q * ag.lse_row_stride + head] = lse;
+      lse_rows[r] = lse;
+    }
+  }
+
+  static int64_t out_offset_bytes(const AgentAttention& ag, int64_t q, int64_t head) {
+    return (q * ag.out_row_stride + head * ag.out_head_stride) * (ag.out_dtype == ElementType::kFloat32 ? 4 : 2);
+  }
+
+  static const float* record(const Plan& plan, int32_t item, int64_t a, int64_t r) {
+    const WorkItem& w = plan.items[item];
+    const AgentRows& ar = plan.agent_rows[a];
+    return w.partial + (w.agent < 0 ? ar.offset : 0) + r * ar.record_floats;
+  }
+
+  static constexpr PathKernels kernels() { return PathKernels{&process_item, &merge_rows, &mass_item}; }
+};
+
+}  // namespace lorakv::kernels::cpu

@@ -1,0 +1,179 @@
+// kernels/cpu/lora_attention_ops.h: the small loops of the fused attention, written once over
+// a vector type V (V::kW floats per register; load/store/set1/fma/max/exp/bf16 loads), which
+// each path file defines in an anonymous namespace. Instantiating these templates with an
+// internal-linkage type gives internal-linkage code, so the AVX-512 copy can never be picked
+// for another path at link time. Only C library calls (memcpy, expf, logf) leave the file.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/lora_attention_plan.h"
+
+namespace lorakv::kernels::cpu {
+
+template <class V>
+struct Ops {
+  using R = typename V::R;
+  static constexpr int kW = V::kW;
+
+  static float neg_inf() { return -__builtin_inff(); }
+  static float fmax(float a, float b) { return a > b ? a : b; }
+
+  static float bf16_to_float(uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  // Round to nearest even, as torch does; NaN stays NaN.
+  static uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return static_cast<uint16_t>(bits >> 16);
+  }
+
+  // dst[0..n) = src[offset..offset+n) as float32, times `mul`. n is a multiple of kW.
+  static void load_row(const void* src, ElementType type, int64_t offset, int64_t n, float mul, float* dst) {
+    const R m = V::set1(mul);
+    if (type == ElementType::kFloat32) {
+      const float* s = static_cast<const float*>(src) + offset;
+      for (int64_t i = 0; i < n; i += kW) V::store(dst + i, V::mul(V::load(s + i), m));
+    } else {
+      const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
+      for (int64_t i = 0; i < n; i += kW) V::store(dst + i, V::mul(V::load_bf16(s + i), m));
+    }
+  }
+  // Same for any n (residual ranks); the rest up to n_pad is zeroed.
+  static void load_row_padded(const void* src, ElementType type, int64_t offset, int64_t n, int64_t n_pad,
+                              float* dst) {
+    int64_t i = 0;
+    if (type == ElementType::kFloat32) {
+      const float* s = static_cast<const float*>(src) + offset;
+      for (; i + kW <= n; i += kW) V::store(dst + i, V::load(s + i));
+      for (; i < n; ++i) dst[i] = s[i];
+    } else {
+      const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
+      for (; i + kW <= n; i += kW) V::store(dst + i, V::load_bf16(s + i));
+      for (; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+    }
+    for (; i < n_pad; ++i) dst[i] = 0.f;
+  }
+  static void store_row(const float* src, int64_t n, float mul, void* dst, ElementType type) {
+    if (type == ElementType::kFloat32) {
+      float* d = static_cast<float*>(dst);
+      const R m = V::set1(mul);
+      for (int64_t i = 0; i < n; i += kW) V::store(d + i, V::mul(V::load(src + i), m));
+    } else {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i] * mul);
+    }
+  }
+
+  // acc[0..width) = alpha * acc + sum_{j<n} p[j] * rows(j)[0..width); width a multiple of
+  // kW. Blocks of up to 8 registers of acc stay in registers across the n rows.
+  template <class Rows>
+  static void axpy_rows(float* acc, int64_t width, float alpha, const float* p, const Rows& rows, int64_t n) {
+    int64_t d = 0;
+    for (; d + 8 * kW <= width; d += 8 * kW) axpy_block<8>(acc + d, d, alpha, p, rows, n);
+    switch ((width - d) / kW) {
+      case 7: axpy_block<7>(acc + d, d, alpha, p, rows, n); break;
+      case 6: axpy_block<6>(acc + d, d, alpha, p, rows, n); break;
+      case 5: axpy_block<5>(acc + d, d, alpha, p, rows, n); break;
+      case 4: axpy_block<4>(acc + d, d, alpha, p, rows, n); break;
+      case 3: axpy_block<3>(acc + d, d, alpha, p, rows, n); break;
+      case 2: axpy_block<2>(acc + d, d, alpha, p, rows, n); break;
+      case 1: axpy_block<1>(acc + d, d, alpha, p, rows, n); break;
+      default: break;
+    }
+  }
+  template <int N, class Rows>
+  static void axpy_block(float* acc, int64_t d0, float alpha, const float* p, const Rows& rows, int64_t n) {
+    R a[N];
+    const R al = V::set1(alpha);
+    for (int k = 0; k < N; ++k) a[k] = V::mul(V::load(acc + k * kW), al);
+    for (int64_t j = 0; j < n; ++j) {
+      const R pj = V::set1(p[j]);
+      const float* row = rows(j) + d0;
+      for (int k = 0; k < N; ++k) a[k] = V::fma(pj, V::load(row + k * kW), a[k]);
+    }
+    for (int k = 0; k < N; ++k) V::store(acc + k * kW, a[k]);
+  }
+
+  // s[r * kTileKeys + j] = sum_d q[r * dim + d] * kt[d * kTileKeys + j] for r < rows (at most
+  // 4) and j < keys rounded up to the register block.
+  static void scores(const float* q, int64_t rows, const float* kt, int64_t dim, int64_t keys, float* s) {
+    constexpr int kNv = V::kScoreRegs;
+    for (int64_t j0 = 0; j0 < keys; j0 += kNv * kW) {
+      switch (rows) {
+        case 4: score_block<4, kNv>(q, kt, dim, j0, s); break;
+        case 3: score_block<3, kNv>(q, kt, dim, j0, s); break;
+        case 2: score_block<2, kNv>(q, kt, dim, j0, s); break;
+        default: score_block<1, kNv>(q, kt, dim, j0, s); break;
+      }
+    }
+  }
+  template <int kRows, int kNv>
+  static void score_block(const float* q, const float* kt, int64_t dim, int64_t j0, float* s) {
+    R acc[kRows][kNv];
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < kNv; ++v) acc[r][v] = V::zero();
+    for (int64_t d = 0; d < dim; ++d) {
+      R k[kNv];
+      for (int v = 0; v < kNv; ++v) k[v] = V::load(kt + d * kTileKeys + j0 + v * kW);
+      for (int r = 0; r < kRows; ++r) {
+        const R qd = V::set1(q[r * dim + d]);
+        for (int v = 0; v < kNv; ++v) acc[r][v] = V::fma(qd, k[v], acc[r][v]);
+      }
+    }
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < kNv; ++v) V::store(s + r * kTileKeys + j0 + v * kW, acc[r][v]);
+  }
+
+  // kt[d * kTileKeys + j] = rows(j)[d]; columns n..kTileKeys-1 are zero.
+  template <class Rows>
+  static void transpose(const Rows& rows, int64_t n, int64_t dim, float* kt) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float* row = rows(j);
+      for (int64_t d = 0; d < dim; ++d) kt[d * kTileKeys + j] = row[d];
+    }
+    if (n < kTileKeys) {
+      for (int64_t d = 0; d < dim; ++d) std::memset(kt + d * kTileKeys + n, 0, sizeof(float) * (kTileKeys - n));
+    }
+  }
+
+  // RoPE, rotate_half layout, in place: x[d], x[d + half] by the angle of (pos, d).
+  static void rotate(float* x, int64_t dim, const float* cos_row, const float* sin_row) {
+    const int64_t half = dim / 2;
+    for (int64_t d = 0; d < half; d += kW) {
+      const R x1 = V::load(x + d), x2 = V::load(x + half + d);
+      const R c = V::load(cos_row + d), s = V::load(sin_row + d);
+      V::store(x + d, V::sub(V::mul(x1, c), V::mul(x2, s)));
+      V::store(x + half + d, V::fma(x1, s, V::mul(x2, c)));
+    }
+  }
+  static void add_into(float* x, const float* y, int64_t n) {
+    for (int64_t i = 0; i < n; i += kW) V::store(x + i, V::add(V::load(x + i), V::load(y + i)));
+  }
+
+  static float row_max(const float* s, int64_t n) {  // n a multiple of kW
+    R m = V::set1(neg_inf());
+    for (int64_t j = 0; j < n; j += kW) m = V::max(m, V::load(s + j));
+    return V::hmax(m);
+  }
+  // s[j] = exp(s[j] - shift) (0 for -inf), returns the sum. n a multiple of kW.
+  static float exp_shift_sum(float* s, int64_t n, float shift) {
+    const R sh = V::set1(shift);
+    R sum = V::zero();
+    for (int64_t j = 0; j < n; j += kW) {
+      const R e = V::exp(V::sub(V::load(s + j), sh));
+      V::store(s + j, e);
+      sum = V::add(sum, e);
+    }
+    return V::hsum(sum);
+  }
+};
+
+}  // namespace lorakv::kernels::cpu

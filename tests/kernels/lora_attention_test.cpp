@@ -1,0 +1,265 @@
+// tests/kernels/lora_attention_test.cpp: the fused base + low-rank attention against the
+// plain reference (tests/reference/lora_attention_reference.h) on random paged cases: ranks,
+// head dims, GQA ratios, lengths that are not multiples of the block or tile, several agents
+// with mixed adapters (a shared-A group, one without adapter), shared and per-head residuals,
+// K-LoRA, rows out of order and with gaps, keys stored before RoPE and rotated to compact
+// positions, the sliding window, prefill chunks over a cache, bfloat16, attention mass and
+// lse. Every case runs on every vector path this CPU has, on 1 and 2 threads.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "kernels/lora_attention.h"
+#include "kernels/rope.h"
+#include "tests/kernels/lora_attention_case.h"
+#include "tests/reference/lora_attention_reference.h"
+
+namespace lorakv::testing {
+namespace {
+
+using kernels::AttentionMass;
+using kernels::ElementType;
+
+void expect_matches_on_every_path(const CaseSpec& spec) {
+  LoraAttentionCase c(spec);
+  for (cpu::VectorPath path : runnable_paths()) {
+    for (int64_t threads : {1, 2}) {
+      kernels::LoraAttentionStats stats;
+      c.run(path, threads, &stats);
+      EXPECT_EQ(stats.path, path);
+      EXPECT_EQ(compare_with_reference(c, tolerance_for(spec)), "")
+          << spec.describe() << "\n  path " << cpu::vector_path_name(path) << ", " << threads << " threads";
+    }
+  }
+}
+
+AgentSpec agent(int64_t queries, int64_t v_rank, int64_t k_rank, int64_t private_rows = 0, int shares_a_with = -1) {
+  AgentSpec a;
+  a.num_queries = queries;
+  a.v_rank = v_rank;
+  a.k_rank = k_rank;
+  a.private_rows = private_rows;
+  a.shares_a_with = shares_a_with;
+  return a;
+}
+
+TEST(LoraAttentionReference, RopeIsTheKernelsRotateHalf) {
+  // The reference rotates with its own code; it must be the layout kernels/rope.h (and
+  // Hugging Face) use, or both sides could agree on a wrong rotation.
+  const int64_t dim = 64;
+  const at::Tensor positions = at::tensor({0, 5, 77, 3}, at::kLong);
+  const at::Tensor inv_freq = kernels::rope_inv_freq(dim, 10000.0);
+  const at::Tensor angles = at::arange(100, at::kLong).to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);
+  const at::Tensor x = at::randn({4, dim});
+  const at::Tensor ours = reference::rope_rows(x.to(at::kDouble), positions, angles.cos(), angles.sin());
+  auto [cos, sin] = kernels::rope_cos_sin(positions, inv_freq);
+  const at::Tensor theirs = kernels::apply_rope(x.unsqueeze(1), cos, sin).squeeze(1);
+  EXPECT_TRUE(at::allclose(ours.to(at::kFloat), theirs, 1e-5, 1e-5));
+}
+
+TEST(LoraAttention, RanksAndHeadDims) {
+  uint64_t seed = 1;
+  for (int64_t dim : {64, 128}) {
+    for (int64_t rank : {1, 8, 64, 128}) {
+      CaseSpec s;
+      s.seed = seed++;
+      s.dim = dim;
+      s.context = 77;  // not a multiple of the block (16) or the tile (64)
+      s.agents = {agent(3, rank, rank, 5), agent(1, rank, 0)};
+      expect_matches_on_every_path(s);
+    }
+  }
+}
+
+TEST(LoraAttention, GqaRatios) {
+  uint64_t seed = 20;
+  for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 4}, {6, 2}, {9, 3}, {16, 2}, {32, 4}}) {
+    CaseSpec s;
+    s.seed = seed++;
+    s.heads = heads;
+    s.kv_heads = kv_heads;
+    s.context = 131;
+    s.agents = {agent(2, 8, 8, 3), agent(1, 16, 0)};
+    expect_matches_on_every_path(s);
+  }
+}
+
+TEST(LoraAttention, OneThreeAndEightAgentsWithMixedAdapters) {
+  CaseSpec one;
+  one.seed = 40;
+  one.context = 150;
+  one.agents = {agent(1, 8, 0)};
+  expect_matches_on_every_path(one);
+
+  // A shared-A pair (agent 1 reads agent 0's C with its own B) and an agent without adapter.
+  CaseSpec three = one;
+  three.seed = 41;
+  three.agents = {agent(2, 8, 4), agent(1, 8, 4, 0, /*shares_a_with=*/0), agent(3, 0, 0, 6)};
+  expect_matches_on_every_path(three);
+
+  CaseSpec eight = one;
+  eight.seed = 42;
+  eight.heads = 9;
+  eight.kv_heads = 3;
+  eight.agents = {agent(1, 8, 0),         agent(1, 8, 0, 0, 0), agent(2, 64, 8, 4), agent(1, 0, 0),
+                  agent(5, 1, 1, 9),      agent(1, 128, 0),     agent(1, 0, 16, 2), agent(3, 8, 8, 0)};
+  expect_matches_on_every_path(eight);
+}
+
+TEST(LoraAttention, SharedAndPerHeadResiduals) {
+  CaseSpec s;
+  s.seed = 50;
+  s.kv_heads = 4;
+  s.heads = 8;
+  s.context = 90;
+  s.agents = {agent(2, 8, 8, 4), agent(1, 8, 0, 0, 0), agent(1, 0, 0)};
+  // Each KV head keeps its own rows (per-head eviction): one lane and one C per head.
+  s.heads_per_lane = 1;
+  s.evicted = true;
+  expect_matches_on_every_path(s);
+  // One token set for the layer, a C per KV head inside each residual row.
+  s.seed = 51;
+  s.heads_per_lane = 0;
+  s.evicted = false;
+  s.per_head_residual = true;
+  expect_matches_on_every_path(s);
+  // Two head groups of two KV heads, each group its own rows; residual blocks of another size.
+  s.seed = 52;
+  s.heads_per_lane = 2;
+  s.evicted = true;
+  s.per_head_residual = false;
+  s.block_size = 7;
+  s.residual_block_size = 5;
+  expect_matches_on_every_path(s);
+}
+
+TEST(LoraAttention, RowsOutOfOrderWithGaps) {
+  CaseSpec s;
+  s.seed = 60;
+  s.context = 200;
+  s.evicted = true;
+  s.shuffled = true;
+  s.agents = {agent(4, 8, 8, 10), agent(1, 0, 0, 3)};
+  expect_matches_on_every_path(s);
+}
+
+TEST(LoraAttention, KeysStoredBeforeRopeRotatedToCompactPositions) {
+  CaseSpec s;
+  s.seed = 70;
+  s.context = 120;
+  s.keys_before_rope = true;
+  s.agents = {agent(2, 8, 8, 4), agent(1, 0, 0, 2)};
+  expect_matches_on_every_path(s);
+  s.seed = 71;
+  s.evicted = true;
+  s.compact_rope = true;
+  expect_matches_on_every_path(s);
+  // Post-RoPE base keys with K-LoRA deltas rotated to compact positions.
+  s.seed = 72;
+  s.keys_before_rope = false;
+  expect_matches_on_every_path(s);
+}
+
+TEST(LoraAttention, SlidingWindow) {
+  CaseSpec s;
+  s.seed = 80;
+  s.context = 160;
+  s.window = 37;
+  s.agents = {agent(1, 8, 8), agent(20, 8, 0, 20), agent(3, 0, 0, 0)};
+  expect_matches_on_every_path(s);
+  s.seed = 81;
+  s.evicted = true;
+  s.shuffled = true;
+  s.random_query_positions = true;  // some queries see nothing: zeros and lse -inf
+  expect_matches_on_every_path(s);
+}
+
+TEST(LoraAttention, PrefillChunksOverAnExistingCache) {
+  // Each agent's chunk: its queries are its newest private rows (causal among themselves)
+  // over a shared cache of 300 rows.
+  CaseSpec s;
+  s.seed = 90;
+  s.heads = 9;
+  s.kv_heads = 3;
+  s.context = 300;
+  s.agents = {agent(40, 8, 8, 40), agent(33, 64, 0, 50), agent(17, 0, 0, 17)};
+  expect_matches_on_every_path(s);
+  s.seed = 91;
+  s.random_query_positions = true;
+  expect_matches_on_every_path(s);
+}
+
+TEST(LoraAttention, PrivateRowsOnlyAndNoRowsAtAll) {
+  // `full` mode: no shared rows, each agent only its own; the last agent has no rows at all.
+  CaseSpec s;
+  s.seed = 100;
+  s.context = 0;
+  s.agents = {agent(3, 0, 0, 70), agent(1, 8, 0, 40), agent(1, 0, 0, 0)};
+  s.random_query_positions = true;
+  expect_matches_on_every_path(s);
+}
+
+TEST(LoraAttention, SeveralBasesInOneCall) {
+  CaseSpec s;
+  s.seed = 110;
+  s.num_bases = 2;
+  s.context = 100;
+  s.agents = {agent(2, 8, 8, 3), agent(1, 0, 0), agent(1, 8, 0, 5), agent(3, 16, 16), agent(1, 8, 0, 0, 2)};
+  s.agents[2].base = s.agents[3].base = s.agents[4].base = 1;
+  s.agents[4].shares_a_with = 2;
+  expect_matches_on_every_path(s);
+}
+
+TEST(LoraAttention, BFloat16StorageQueriesAndOutputs) {
+  CaseSpec s;
+  s.seed = 120;
+  s.storage = ElementType::kBFloat16;
+  s.context = 140;
+  s.agents = {agent(3, 8, 8, 6), agent(1, 64, 0), agent(2, 0, 0, 2)};
+  expect_matches_on_every_path(s);
+  s.seed = 121;
+  s.q_dtype = s.out_dtype = ElementType::kBFloat16;
+  s.dim = 128;
+  s.keys_before_rope = true;
+  s.evicted = true;
+  s.compact_rope = true;
+  expect_matches_on_every_path(s);
+}
+
+TEST(LoraAttention, AttentionMassDecodeAndQueryWindows) {
+  for (AttentionMass mass : {AttentionMass::kPerAgent, AttentionMass::kSumOverAgents}) {
+    CaseSpec decode;  // one query each: raw scores kept, normalised with the final lse
+    decode.seed = 130 + static_cast<uint64_t>(mass);
+    decode.heads = 9;
+    decode.kv_heads = 3;
+    decode.context = 150;
+    decode.evicted = true;
+    decode.mass = mass;
+    decode.agents = {agent(1, 8, 8, 5), agent(1, 0, 0), agent(1, 8, 0, 0, 0)};
+    expect_matches_on_every_path(decode);
+    CaseSpec window = decode;  // a window of queries: a second QK pass with the stored lse
+    window.seed += 10;
+    window.agents = {agent(6, 8, 8, 6), agent(1, 0, 0), agent(4, 8, 0, 0, 0)};
+    window.window = 50;
+    expect_matches_on_every_path(window);
+  }
+}
+
+TEST(LoraAttention, LongContextIsSplitAcrossThreads) {
+  CaseSpec s;
+  s.seed = 150;
+  s.heads = 4;
+  s.kv_heads = 1;
+  s.context = 2500;
+  s.mass = AttentionMass::kPerAgent;
+  s.agents = {agent(1, 8, 8, 3), agent(1, 0, 0)};
+  LoraAttentionCase c(s);
+  kernels::LoraAttentionStats stats;
+  c.run(std::nullopt, 2, &stats);
+  EXPECT_GT(stats.key_splits, 1) << "one KV head on two threads must be split";
+  EXPECT_EQ(compare_with_reference(c, tolerance_for(s)), "") << s.describe();
+  expect_matches_on_every_path(s);
+}
+
+}  // namespace
+}  // namespace lorakv::testing
