@@ -238,12 +238,8 @@ struct FusedAttention {
     rec[1] = rec[1] * alpha + sum;
     float* acc_v = rec + kRecordHeader;
     O::axpy_rows(acc_v, dim, alpha, s, RowPtrs{t.v}, t.n);
-    if (rank_pad == 0) return;
-    if (cv) {
-      O::axpy_rows(acc_v + dim, rank_pad, alpha, s, Strided{cv, rank_pad}, t.n);
-    } else if (alpha != 1.f) {
-      O::axpy_rows(acc_v + dim, rank_pad, alpha, s, Strided{cv, rank_pad}, 0);
-    }
+    // P.C is rescaled with P.V. Without C rows (a private item) acc_c stays 0: nothing to do.
+    if (cv) O::axpy_rows(acc_v + dim, rank_pad, alpha, s, Strided{cv, rank_pad}, t.n);
   }
 
   static void load_queries(const Item& it, const Scratch& sc) {

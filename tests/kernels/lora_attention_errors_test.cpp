@@ -1,0 +1,146 @@
+// tests/kernels/lora_attention_errors_test.cpp: bad arguments to the fused attention are
+// refused with an InvalidArgumentError naming what disagrees (shapes, ranks above the
+// limit, residual rows or positions missing, block ids outside the pool, outputs missing),
+// before any output is written; a vector path the CPU cannot run is a ConfigError.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "kernels/lora_attention.h"
+#include "tests/kernels/lora_attention_case.h"
+
+namespace lorakv::testing {
+namespace {
+
+using kernels::LaneRows;
+using kernels::LoraAttentionParams;
+
+CaseSpec valid_spec() {
+  CaseSpec s;
+  s.seed = 7;
+  s.context = 40;
+  s.mass = kernels::AttentionMass::kPerAgent;
+  AgentSpec a;
+  a.num_queries = 2;
+  a.v_rank = 8;
+  a.k_rank = 8;
+  a.private_rows = 3;
+  AgentSpec b;
+  b.v_rank = 4;
+  s.agents = {a, b};
+  return s;
+}
+
+// Breaks one thing in a valid case (through `edit`), runs the op and returns the
+// InvalidArgumentError's message ("" when none was thrown). Outputs must stay unwritten.
+std::string refusal(const std::function<void(LoraAttentionCase&, LoraAttentionParams&)>& edit) {
+  LoraAttentionCase c(valid_spec());
+  c.run(std::nullopt);  // valid as built
+  c.out(0).fill_(0);
+  at::Tensor out = c.out(0);
+  LoraAttentionParams p = c.params();
+  edit(c, p);
+  std::string message;
+  try {
+    kernels::lora_attention(p);
+  } catch (const InvalidArgumentError& e) {
+    message = e.what();
+  }
+  EXPECT_TRUE(at::equal(c.out(0), out)) << "a refused call wrote outputs";
+  return message;
+}
+
+// A copy of `n` lanes that the edit can change; kept alive for the call.
+std::vector<LaneRows>& editable(const LaneRows* lanes, size_t n) {
+  static std::vector<std::vector<LaneRows>> copies;
+  return copies.emplace_back(lanes, lanes + n);
+}
+std::vector<int32_t>& editable_table(const LaneRows& lane, int64_t block_size) {
+  static std::vector<std::vector<int32_t>> tables;
+  return tables.emplace_back(lane.blocks, lane.blocks + (lane.num_rows + block_size - 1) / block_size);
+}
+
+void expect_refusal(const std::function<void(LoraAttentionCase&, LoraAttentionParams&)>& edit,
+                    const std::string& names) {
+  const std::string message = refusal(edit);
+  EXPECT_NE(message.find(names), std::string::npos) << "message: '" << message << "' should name '" << names << "'";
+  EXPECT_NE(message.find("lora_attention"), std::string::npos) << message;
+}
+
+TEST(LoraAttentionErrors, ShapesThatDisagree) {
+  expect_refusal([](auto&, auto& p) { p.num_heads = 5; }, "5 query heads are not a multiple of 2 KV heads");
+  expect_refusal([](auto&, auto& p) { p.head_dim = 48; }, "head_dim 48");
+  expect_refusal([](auto&, auto& p) { p.window = -1; }, "negative sliding window");
+  expect_refusal([](auto& c, auto&) { c.bases()[0].rows.heads_per_lane = 3; }, "3 KV heads per lane do not divide 2");
+  expect_refusal([](auto& c, auto&) { c.agents()[1].out_head_stride = 1; }, "agent 1 out: strides");
+  expect_refusal([](auto& c, auto&) { c.bases()[0].num_agents = 1; }, "the bases list 1 of the 2 agents");
+  expect_refusal([](auto& c, auto&) { c.agents()[0].num_queries = 0; }, "agent 0 has 0 queries");
+}
+
+TEST(LoraAttentionErrors, RankAboveTheLimit) {
+  expect_refusal([](auto& c, auto&) { c.agents()[0].v.rank = 129; }, "agent 0's v residual has rank 129, outside 0..128");
+  expect_refusal([](auto& c, auto&) { c.agents()[1].k.rank = -1; }, "agent 1's k residual has rank -1");
+}
+
+TEST(LoraAttentionErrors, ResidualRowsOrPositionsMissing) {
+  expect_refusal(
+      [](auto& c, auto&) {
+        auto& lanes = editable(c.agents()[0].v.c_lanes, 1);
+        lanes[0].num_rows -= 1;
+        c.agents()[0].v.c_lanes = lanes.data();
+      },
+      "has 39 residual rows for 40 shared rows");
+  expect_refusal([](auto& c, auto&) { c.agents()[0].k.c_lanes = nullptr; }, "agent 0's k residual: residual rows are missing");
+  expect_refusal([](auto& c, auto&) { c.agents()[1].v.b = nullptr; }, "agent 1's v residual: B per KV head");
+  expect_refusal([](auto& c, auto&) { c.agents()[0].q_positions = nullptr; }, "q_positions missing");
+  expect_refusal([](auto& c, auto&) { c.agents()[0].out = nullptr; }, "out missing");
+  expect_refusal(
+      [](auto& c, auto&) {
+        auto* st = const_cast<kernels::PagedStorage*>(c.bases()[0].rows.storage);
+        st->positions = nullptr;
+      },
+      "base 0 shared rows: storage pointers missing");
+}
+
+TEST(LoraAttentionErrors, BlockIdsOutsideThePool) {
+  expect_refusal(
+      [](auto& c, auto&) {
+        const kernels::PagedRows& rows = c.bases()[0].rows;
+        auto& lanes = editable(rows.lanes, 1);
+        auto& table = editable_table(lanes[0], rows.storage->block_size);
+        table[1] = static_cast<int32_t>(rows.storage->num_blocks);
+        lanes[0].blocks = table.data();
+        c.bases()[0].rows.lanes = lanes.data();
+      },
+      "block 1 of its table is");
+}
+
+TEST(LoraAttentionErrors, RopeTableMissingOrTooShort) {
+  // Agent 0 has K-LoRA: its C_k B_k is rotated per row position.
+  expect_refusal([](auto&, auto& p) { p.rope_cos = nullptr; }, "K-LoRA rotates C_k B_k by position but no RoPE table");
+  expect_refusal([](auto&, auto& p) { p.rope_rows = 10; }, "is outside the table's 10 rows");
+}
+
+TEST(LoraAttentionErrors, MassOutputsMissing) {
+  expect_refusal([](auto& c, auto&) { c.bases()[0].mass = nullptr; }, "base 0 mass: attention mass was asked for");
+  expect_refusal([](auto& c, auto&) { c.agents()[0].private_mass = nullptr; }, "agent 0's private_mass");
+  expect_refusal([](auto& c, auto&) { c.bases()[0].mass_head_stride = 3; }, "mass strides");
+}
+
+TEST(LoraAttentionErrors, VectorPathTheCpuCannotRun) {
+  const std::vector<cpu::VectorPath> paths = runnable_paths();
+  if (paths.back() == cpu::VectorPath::kAvx512) {
+    // Every path is runnable here; the refusal is covered by cpu_features' own tests and,
+    // for this op, on machines without AVX-512 (the branch below).
+    EXPECT_EQ(paths.size(), 3u);
+    return;
+  }
+  LoraAttentionCase c(valid_spec());
+  EXPECT_THROW(c.run(cpu::VectorPath::kAvx512), ConfigError);
+}
+
+}  // namespace
+}  // namespace lorakv::testing

@@ -1,0 +1,68 @@
+// tests/kernels/lora_attention_stats_test.cpp: the op's byte counters. Eight agents on one
+// base read the same base bytes as one (each base tile is loaded once for all of them),
+// whatever the threads and key splits, and exactly the bytes of the rows; residual bytes
+// grow with the agents; the attention-mass second pass is counted apart.
+#include <gtest/gtest.h>
+
+#include "kernels/lora_attention.h"
+#include "tests/kernels/lora_attention_case.h"
+
+namespace lorakv::testing {
+namespace {
+
+using kernels::ElementType;
+
+CaseSpec decode_spec(int64_t agents, ElementType storage) {
+  CaseSpec s;
+  s.seed = 200;
+  s.heads = 9;
+  s.kv_heads = 3;
+  s.context = 1000;
+  s.storage = storage;
+  for (int64_t i = 0; i < agents; ++i) {
+    AgentSpec a;
+    a.v_rank = 8;
+    s.agents.push_back(a);
+  }
+  return s;
+}
+
+TEST(LoraAttentionStats, EightAgentsReadTheSameBaseBytesAsOne) {
+  for (ElementType storage : {ElementType::kFloat32, ElementType::kBFloat16}) {
+    const int64_t elem = kernels::element_bytes(storage);
+    // Per KV head, per row: its key and value (head_dim each) and its int32 position.
+    const int64_t rows_bytes = 3 * 1000 * (2 * 64 * elem + 4);
+    for (int64_t threads : {1, 2}) {
+      kernels::LoraAttentionStats one, eight;
+      LoraAttentionCase c1(decode_spec(1, storage)), c8(decode_spec(8, storage));
+      c1.run(std::nullopt, threads, &one);
+      c8.run(std::nullopt, threads, &eight);
+      EXPECT_EQ(one.base_bytes_read, rows_bytes) << threads << " threads";
+      EXPECT_EQ(eight.base_bytes_read, one.base_bytes_read) << threads << " threads";
+      // C_v: rank 8 per row per KV head for each agent.
+      EXPECT_EQ(one.residual_bytes_read, 3 * 1000 * 8 * elem);
+      EXPECT_EQ(eight.residual_bytes_read, 8 * one.residual_bytes_read);
+      EXPECT_EQ(eight.mass_bytes_read, 0);
+      EXPECT_EQ(compare_with_reference(c8, tolerance_for(c8.spec())), "");
+    }
+  }
+}
+
+TEST(LoraAttentionStats, MassCountsItsSecondPassApart) {
+  CaseSpec s = decode_spec(2, ElementType::kFloat32);
+  s.mass = kernels::AttentionMass::kSumOverAgents;
+  kernels::LoraAttentionStats decode, window;
+  LoraAttentionCase d(s);
+  d.run(std::nullopt, 1, &decode);
+  EXPECT_EQ(decode.mass_bytes_read, 0) << "decode normalises kept scores; nothing is re-read";
+  s.agents[0].num_queries = 4;
+  LoraAttentionCase w(s);
+  w.run(std::nullopt, 1, &window);
+  EXPECT_EQ(window.base_bytes_read, decode.base_bytes_read);
+  // The second pass re-reads keys and positions, not values.
+  EXPECT_EQ(window.mass_bytes_read, 3 * 1000 * (64 * 4 + 4));
+  EXPECT_EQ(compare_with_reference(w, tolerance_for(s)), "");
+}
+
+}  // namespace
+}  // namespace lorakv::testing
