@@ -18,7 +18,29 @@ namespace {
 struct Vec {
   using R = __m256;
   static constexpr int kW = 8;
-  static constexpr int kScoreRegs = 2;  // 16 keys x 4 rows: 8 accumulators of 16 registers
+  static constexpr int kScoreRegs = 2;   // 16 keys x 4 rows: 8 accumulators of 16 registers
+  static constexpr int kPairRegs = 4;    // P.V of two rows: 8 accumulators
+  static constexpr int kExpandRegs = 2;  // K-LoRA expansion of four keys: 8 accumulators
+  static constexpr bool kHasTranspose = true;
+  // dst[i * dst_stride + j] = rows[j][d0 + i] for an 8 x 8 block.
+  static void transpose(const float* const* rows, int64_t d0, float* dst, int64_t dst_stride) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows[i] + d0);
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+      r[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; ++i) {
+      _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+      _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+    }
+  }
   static R zero() { return _mm256_setzero_ps(); }
   static R set1(float x) { return _mm256_set1_ps(x); }
   static R load(const float* p) { return _mm256_loadu_ps(p); }

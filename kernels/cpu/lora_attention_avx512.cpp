@@ -6,9 +6,10 @@
 
 #if defined(__AVX512F__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized
-// flags wherever they are inlined (GCC bug 105593, fixed in GCC 13).
+// (and -Wuninitialized) flag wherever they are inlined (GCC bug 105593, fixed in GCC 13).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 #include <math.h>
@@ -24,7 +25,37 @@ namespace {
 struct Vec {
   using R = __m512;
   static constexpr int kW = 16;
-  static constexpr int kScoreRegs = 4;  // 64 keys x 4 rows: 16 accumulators of 32 registers
+  static constexpr int kScoreRegs = 4;   // 64 keys x 4 rows: 16 accumulators of 32 registers
+  static constexpr int kPairRegs = 8;    // P.V of two rows: 16 accumulators
+  static constexpr int kExpandRegs = 2;  // K-LoRA expansion of four keys: 8 accumulators (32 dims)
+  static constexpr bool kHasTranspose = true;
+  // dst[i * dst_stride + j] = rows[j][d0 + i] for a 16 x 16 block.
+  static void transpose(const float* const* rows, int64_t d0, float* dst, int64_t dst_stride) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(rows[i] + d0);
+    for (int i = 0; i < 8; ++i) {  // 2 x 2 blocks of floats
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {  // 4 x 4 blocks within each 128-bit lane
+      const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+      const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+      r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+      r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+      r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+      r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 4; ++i) {  // 128-bit lanes of row groups 0-3 with 4-7, 8-11 with 12-15
+      t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+      t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+      t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+      t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; ++i) {
+      _mm512_storeu_ps(dst + i * dst_stride, _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88));
+      _mm512_storeu_ps(dst + (i + 8) * dst_stride, _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd));
+    }
+  }
   static R zero() { return _mm512_setzero_ps(); }
   static R set1(float x) { return _mm512_set1_ps(x); }
   static R load(const float* p) { return _mm512_loadu_ps(p); }

@@ -191,10 +191,9 @@ struct FusedAttention {
     const int64_t dim = it.dim, rank_pad = round_up(ks.rank, 16);
     const float* b = ks.b + it.kv_head * ks.b_head_stride;
     const bool before_rope = it.st.keys_before_rope;
+    O::expand(sc.k_agent, t.n, dim, sc.ck, rank_pad, Strided{b, ks.b_rank_stride}, ks.rank);
     for (int64_t j = 0; j < t.n; ++j) {
       float* x = sc.k_agent + j * dim;
-      std::memset(x, 0, sizeof(float) * dim);
-      O::axpy_rows(x, dim, 0.f, sc.ck + j * rank_pad, Strided{b, ks.b_rank_stride}, ks.rank);
       if (before_rope) O::add_into(x, t.k[j], dim);
       O::rotate(x, dim, cos_row(it, t.rope[j]), sin_row(it, t.rope[j]));
       if (!before_rope) O::add_into(x, t.k[j], dim);
@@ -226,20 +225,65 @@ struct FusedAttention {
     }
   }
 
-  // Online softmax: folds one tile's masked scores into the row's record.
-  static void update_record(float* rec, float* s, const Tile& t, int64_t dim, const float* cv, int64_t rank_pad) {
+  // Online softmax, first half: the row's new max and sum from one tile's masked scores,
+  // which become probabilities in place. Returns false (record untouched) when the row sees
+  // no key of the tile; else the factor the accumulators are rescaled by.
+  static bool softmax_step(float* rec, float* s, const Tile& t, float* alpha) {
     const float tile_max = O::row_max(s, t.keys_pad);
-    if (tile_max == O::neg_inf()) return;
+    if (tile_max == O::neg_inf()) return false;
     const float m = rec[0];
     const float m_new = O::fmax(m, tile_max);
-    const float alpha = m == O::neg_inf() ? 0.f : expf(m - m_new);
+    *alpha = m == O::neg_inf() ? 0.f : expf(m - m_new);
     const float sum = O::exp_shift_sum(s, t.keys_pad, m_new);
     rec[0] = m_new;
-    rec[1] = rec[1] * alpha + sum;
+    rec[1] = rec[1] * *alpha + sum;
+    return true;
+  }
+
+  // Second half: acc_v = alpha acc_v + P.V and acc_c = alpha acc_c + P.C_v, rescaled
+  // together. Without C rows (a private item) acc_c stays 0: nothing to rescale.
+  static void accumulate(float* rec, const float* p, float alpha, const Tile& t, int64_t dim, const float* cv,
+                         int64_t rank_pad) {
     float* acc_v = rec + kRecordHeader;
-    O::axpy_rows(acc_v, dim, alpha, s, RowPtrs{t.v}, t.n);
-    // P.C is rescaled with P.V. Without C rows (a private item) acc_c stays 0: nothing to do.
-    if (cv) O::axpy_rows(acc_v + dim, rank_pad, alpha, s, Strided{cv, rank_pad}, t.n);
+    O::axpy_rows(acc_v, dim, alpha, p, RowPtrs{t.v}, t.n);
+    if (cv) O::axpy_rows(acc_v + dim, rank_pad, alpha, p, Strided{cv, rank_pad}, t.n);
+  }
+  // The same for two rows of one agent, sharing the loads of V and C.
+  static void accumulate2(float* rec0, float* rec1, const float* p0, const float* p1, float alpha0, float alpha1,
+                          const Tile& t, int64_t dim, const float* cv, int64_t rank_pad) {
+    float* v0 = rec0 + kRecordHeader;
+    float* v1 = rec1 + kRecordHeader;
+    O::axpy_rows2(v0, v1, dim, alpha0, alpha1, p0, p1, RowPtrs{t.v}, t.n);
+    if (cv) O::axpy_rows2(v0 + dim, v1 + dim, rank_pad, alpha0, alpha1, p0, p1, Strided{cv, rank_pad}, t.n);
+  }
+
+  // Scores of up to kScoreRows rows of agent a (from row r0) against the tile, then their
+  // online-softmax updates, two rows at a time.
+  static void attend_rows(const Item& it, int64_t a, int64_t r0, int64_t rows, const float* q, const float* kt,
+                          const float* cv, const Scratch& sc, const Tile& t) {
+    const AgentAttention& ag = it.p.agents[a];
+    const AgentRows& ar = it.plan.agent_rows[a];
+    const int64_t keys_in_item = it.w.row_end - it.w.row_begin;
+    O::scores(q + r0 * it.dim, rows, kt, it.dim, t.keys_pad, sc.s);
+    int64_t live[kScoreRows];
+    float alpha[kScoreRows];
+    int64_t num_live = 0;
+    for (int64_t rr = 0; rr < rows; ++rr) {
+      const int64_t r = r0 + rr;
+      float* s = sc.s + rr * T;
+      mask_row(s, t, ag.q_positions[r / it.group], it.p.window);
+      if (it.w.raw_scores) {
+        std::memcpy(it.w.raw_scores + (it.row_offset(a) + r) * keys_in_item + (t.row0 - it.w.row_begin), s,
+                    sizeof(float) * t.n);
+      }
+      if (softmax_step(it.record(a, r), s, t, &alpha[num_live])) live[num_live++] = rr;
+    }
+    int64_t i = 0;
+    for (; i + 2 <= num_live; i += 2) {
+      accumulate2(it.record(a, r0 + live[i]), it.record(a, r0 + live[i + 1]), sc.s + live[i] * T,
+                  sc.s + live[i + 1] * T, alpha[i], alpha[i + 1], t, it.dim, cv, ar.rank_pad);
+    }
+    if (i < num_live) accumulate(it.record(a, r0 + live[i]), sc.s + live[i] * T, alpha[i], t, it.dim, cv, ar.rank_pad);
   }
 
   static void load_queries(const Item& it, const Scratch& sc) {
@@ -276,7 +320,6 @@ struct FusedAttention {
     const Scratch sc = carve(scratch, it.dim);
     init_records(it);
     load_queries(it, sc);
-    const int64_t keys_in_item = w.row_end - w.row_begin;
     Tile t;
     for (int64_t row0 = w.row_begin; row0 < w.row_end; row0 += T) {
       const int64_t n = w.row_end - row0 < T ? w.row_end - row0 : T;
@@ -294,17 +337,7 @@ struct FusedAttention {
         const float* q = sc.q + it.row_offset(a) * it.dim;
         for (int64_t r0 = 0; r0 < ar.num_rows; r0 += kScoreRows) {
           const int64_t rows = ar.num_rows - r0 < kScoreRows ? ar.num_rows - r0 : kScoreRows;
-          O::scores(q + r0 * it.dim, rows, kt, it.dim, t.keys_pad, sc.s);
-          for (int64_t rr = 0; rr < rows; ++rr) {
-            const int64_t r = r0 + rr;
-            float* s = sc.s + rr * T;
-            mask_row(s, t, ag.q_positions[r / it.group], it.p.window);
-            if (w.raw_scores) {
-              std::memcpy(w.raw_scores + (it.row_offset(a) + r) * keys_in_item + (row0 - w.row_begin), s,
-                          sizeof(float) * n);
-            }
-            update_record(it.record(a, r), s, t, it.dim, cv, ar.rank_pad);
-          }
+          attend_rows(it, a, r0, rows, q, kt, cv, sc, t);
         }
       }
     }

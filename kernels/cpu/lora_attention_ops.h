@@ -132,16 +132,91 @@ struct Ops {
       for (int v = 0; v < kNv; ++v) V::store(s + r * kTileKeys + j0 + v * kW, acc[r][v]);
   }
 
-  // kt[d * kTileKeys + j] = rows(j)[d]; columns n..kTileKeys-1 are zero.
+  // kt[d * kTileKeys + j] = rows(j)[d]; columns n..kTileKeys-1 are zero. Whole groups of
+  // kW rows go through the path's register transpose (V::transpose, kW x kW) when it has one.
   template <class Rows>
   static void transpose(const Rows& rows, int64_t n, int64_t dim, float* kt) {
-    for (int64_t j = 0; j < n; ++j) {
+    int64_t j0 = 0;
+    if constexpr (V::kHasTranspose) {
+      const float* r[kW];
+      for (; j0 + kW <= n; j0 += kW) {
+        for (int i = 0; i < kW; ++i) r[i] = rows(j0 + i);
+        for (int64_t d0 = 0; d0 < dim; d0 += kW) V::transpose(r, d0, kt + d0 * kTileKeys + j0, kTileKeys);
+      }
+    }
+    for (int64_t j = j0; j < n; ++j) {
       const float* row = rows(j);
       for (int64_t d = 0; d < dim; ++d) kt[d * kTileKeys + j] = row[d];
     }
     if (n < kTileKeys) {
       for (int64_t d = 0; d < dim; ++d) std::memset(kt + d * kTileKeys + n, 0, sizeof(float) * (kTileKeys - n));
     }
+  }
+
+  // Two rows at once, sharing every load of rows(j): acc0 = alpha0 acc0 + sum_j p0[j] rows(j),
+  // acc1 likewise. width a multiple of kW.
+  template <class Rows>
+  static void axpy_rows2(float* acc0, float* acc1, int64_t width, float alpha0, float alpha1, const float* p0,
+                         const float* p1, const Rows& rows, int64_t n) {
+    constexpr int kN = V::kPairRegs;
+    int64_t d = 0;
+    for (; d + kN * kW <= width; d += kN * kW) axpy2_block<kN>(acc0 + d, acc1 + d, d, alpha0, alpha1, p0, p1, rows, n);
+    for (; d < width; d += kW) axpy2_block<1>(acc0 + d, acc1 + d, d, alpha0, alpha1, p0, p1, rows, n);
+  }
+  template <int N, class Rows>
+  static void axpy2_block(float* acc0, float* acc1, int64_t d0, float alpha0, float alpha1, const float* p0,
+                          const float* p1, const Rows& rows, int64_t n) {
+    R a0[N], a1[N];
+    const R al0 = V::set1(alpha0), al1 = V::set1(alpha1);
+    for (int k = 0; k < N; ++k) {
+      a0[k] = V::mul(V::load(acc0 + k * kW), al0);
+      a1[k] = V::mul(V::load(acc1 + k * kW), al1);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const R q0 = V::set1(p0[j]), q1 = V::set1(p1[j]);
+      const float* row = rows(j) + d0;
+      for (int k = 0; k < N; ++k) {
+        const R x = V::load(row + k * kW);
+        a0[k] = V::fma(q0, x, a0[k]);
+        a1[k] = V::fma(q1, x, a1[k]);
+      }
+    }
+    for (int k = 0; k < N; ++k) {
+      V::store(acc0 + k * kW, a0[k]);
+      V::store(acc1 + k * kW, a1[k]);
+    }
+  }
+
+  // x[j][0..dim) = sum_i c[j * c_stride + i] * b(i)[0..dim) for j < n, four rows per pass
+  // over b (the K-LoRA expansion C_k B_k of a tile: each B row loaded once per four keys).
+  template <class Rows>
+  static void expand(float* x, int64_t n, int64_t dim, const float* c, int64_t c_stride, const Rows& b, int64_t rank) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      for (int64_t d = 0; d < dim; d += V::kExpandRegs * kW) expand_block<4>(x + j * dim, dim, d, c + j * c_stride, c_stride, b, rank);
+    }
+    for (; j < n; ++j) {
+      for (int64_t d = 0; d < dim; d += V::kExpandRegs * kW) expand_block<1>(x + j * dim, dim, d, c + j * c_stride, c_stride, b, rank);
+    }
+  }
+  template <int K, class Rows>
+  static void expand_block(float* x, int64_t dim, int64_t d0, const float* c, int64_t c_stride, const Rows& b,
+                           int64_t rank) {
+    constexpr int kN = V::kExpandRegs;  // dim is a multiple of 32, so of kN * kW
+    R a[K][kN];
+    for (int k = 0; k < K; ++k)
+      for (int v = 0; v < kN; ++v) a[k][v] = V::zero();
+    for (int64_t i = 0; i < rank; ++i) {
+      const float* row = b(i) + d0;
+      R bv[kN];
+      for (int v = 0; v < kN; ++v) bv[v] = V::load(row + v * kW);
+      for (int k = 0; k < K; ++k) {
+        const R ck = V::set1(c[k * c_stride + i]);
+        for (int v = 0; v < kN; ++v) a[k][v] = V::fma(ck, bv[v], a[k][v]);
+      }
+    }
+    for (int k = 0; k < K; ++k)
+      for (int v = 0; v < kN; ++v) V::store(x + k * dim + d0 + v * kW, a[k][v]);
   }
 
   // RoPE, rotate_half layout, in place: x[d], x[d + half] by the angle of (pos, d).
