@@ -24,7 +24,7 @@ export LORAKV_CMAKE_ARGS="-DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-f
 # Test binaries: the torch-free layers' (those that exist), the cache's, the adapters'.
 binaries=()
 for layer in common formats cache adapters; do
-  [ -f "$LORAKV_ROOT/tests/$layer/CMakeLists.txt" ] && binaries+=("lorakv_${layer}_tests")
+  if [ -f "$LORAKV_ROOT/tests/$layer/CMakeLists.txt" ]; then binaries+=("lorakv_${layer}_tests"); fi
 done
 export LORAKV_BUILD_TARGETS="${binaries[*]}"
 
