@@ -1,48 +1,54 @@
-// adapters/adapter.cpp: module naming, shape checks, folding and hashing of LoRA factors.
+// adapters/adapter.cpp: shape checks, folding and hashing of LoRA factors.
 #include "adapters/adapter.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
-#include "adapters/content_hash.h"
 #include "common/errors.h"
+#include "common/shape_string.h"
 
 namespace lorakv::adapters {
 namespace {
 
-constexpr const char* kNames[kNumModules] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+// Domain tags: an adapter, a module and a shared-A group never hash the same bytes, so no
+// identity of one kind can equal one of another. A new tag version re-keys every cache.
+constexpr const char* kAdapterTag = "lorakv.adapter.v1";
+constexpr const char* kModuleTag = "lorakv.lora_module.v1";
+constexpr const char* kSharedATag = "lorakv.shared_a.v1";
 
-std::atomic<uint64_t> g_next_serial{1};
-
-std::string shape_text(at::IntArrayRef s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
-void hash_tensor(ContentHasher& h, const at::Tensor& t) {
+// dtype name, rank, sizes, then the bytes (native order: little-endian on every machine
+// lorakv builds for).
+void hash_tensor(Sha256& h, const at::Tensor& t) {
   const at::Tensor c = t.contiguous().cpu();
-  h.update(std::string(c10::toString(c.scalar_type())));
+  h.update_string(c10::toString(c.scalar_type()));
+  h.update_u64(static_cast<uint64_t>(c.dim()));
   for (int64_t d : c.sizes()) h.update_u64(static_cast<uint64_t>(d));
   h.update(c.data_ptr(), c.nbytes());
 }
 
+void hash_place(Sha256& h, int64_t layer, ModuleId m) {
+  h.update_u64(static_cast<uint64_t>(layer));
+  h.update_string(module_name(m));  // by name, so the identity does not hang on the enum's order
+}
+
+// Sets m.a_hash and m.hash from the module's own fields and tensors.
+void hash_module(LoraModule& m) {
+  Sha256 ha;
+  ha.update_string(kSharedATag);
+  hash_place(ha, m.layer, m.module);
+  hash_tensor(ha, m.a);
+  m.a_hash = AdapterIdentity{ha.finish()};
+  Sha256 h;
+  h.update_string(kModuleTag);
+  hash_place(h, m.layer, m.module);
+  h.update_u64(static_cast<uint64_t>(m.rank));
+  h.update_f64(m.scale);
+  h.update_digest(m.a_hash.digest);
+  hash_tensor(h, m.b);
+  m.hash = h.finish();
+}
+
 }  // namespace
-
-const char* module_name(ModuleId m) { return kNames[static_cast<int>(m)]; }
-
-std::optional<ModuleId> module_from_name(const std::string& name) {
-  for (int i = 0; i < kNumModules; ++i) {
-    if (name == kNames[i]) return static_cast<ModuleId>(i);
-  }
-  return std::nullopt;
-}
-
-std::string module_path(int64_t layer, ModuleId m) {
-  const bool attn = m == ModuleId::kQ || m == ModuleId::kK || m == ModuleId::kV || m == ModuleId::kO;
-  return "model.layers." + std::to_string(layer) + (attn ? ".self_attn." : ".mlp.") + module_name(m);
-}
 
 int64_t BaseModelShape::in_dim(ModuleId m) const {
   switch (m) {
@@ -77,7 +83,7 @@ LoraModule make_lora_module(const BaseModelShape& shape, int64_t layer, ModuleId
   if (a.dim() != 2 || b.dim() != 2 || a.size(1) != in || b.size(0) != out || a.size(0) != b.size(1)) {
     throw AdapterLoadError("LoRA factors do not fit the base model's " + path,
                            {file, key, "A [r, " + std::to_string(in) + "] and B [" + std::to_string(out) + ", r]",
-                            "A " + shape_text(a.sizes()) + " and B " + shape_text(b.sizes()),
+                            "A " + shape_string(a.sizes()) + " and B " + shape_string(b.sizes()),
                             "was the adapter trained for another base model?"});
   }
   const int64_t rank = a.size(0);
@@ -100,16 +106,6 @@ LoraModule make_lora_module(const BaseModelShape& shape, int64_t layer, ModuleId
   mod.scale = scale;
   mod.a = a.to(at::kFloat).to(dtype).contiguous();
   mod.b = (b.to(at::kFloat) * scale).to(dtype).contiguous();
-  ContentHasher ha;
-  hash_tensor(ha, mod.a);
-  mod.a_hash = ha.hex();
-  ContentHasher h;
-  h.update(path);
-  h.update_u64(static_cast<uint64_t>(rank));
-  h.update_double(scale);
-  h.update(mod.a_hash);
-  hash_tensor(h, mod.b);
-  mod.hash = h.hex();
   return mod;
 }
 
@@ -124,19 +120,20 @@ Adapter::Adapter(std::string name, std::string source, AdapterFormat format, Bas
   std::sort(modules_.begin(), modules_.end(), [](const LoraModule& x, const LoraModule& y) {
     return std::pair(x.layer, static_cast<int>(x.module)) < std::pair(y.layer, static_cast<int>(y.module));
   });
-  ContentHasher h;
-  h.update(shape_.architecture);
+  Sha256 h;
+  h.update_string(kAdapterTag);
+  h.update_u64(modules_.size());
   for (size_t i = 0; i < modules_.size(); ++i) {
-    const LoraModule& m = modules_[i];
+    LoraModule& m = modules_[i];
+    hash_module(m);
     LORAKV_ASSERT(m.layer >= 0 && m.layer < shape_.num_layers, "adapter module layer out of range");
     int32_t& slot = index_[static_cast<size_t>(m.layer * kNumModules + static_cast<int>(m.module))];
     LORAKV_ASSERT(slot < 0, "adapter module given twice: " << module_path(m.layer, m.module));
     slot = static_cast<int32_t>(i);
-    h.update(m.hash);
+    h.update_digest(m.hash);
     num_bytes_ += static_cast<int64_t>(m.a.nbytes() + m.b.nbytes());
   }
-  identity_.content_hash = h.hex();
-  identity_.load_serial = g_next_serial.fetch_add(1);
+  identity_ = AdapterIdentity{h.finish()};
 }
 
 at::ScalarType Adapter::dtype() const { return modules_.empty() ? at::kFloat : modules_.front().a.scalar_type(); }
@@ -152,7 +149,7 @@ std::vector<std::string> Adapter::target_names() const {
   for (const LoraModule& m : modules_) seen[static_cast<int>(m.module)] = true;
   std::vector<std::string> out;
   for (int i = 0; i < kNumModules; ++i) {
-    if (seen[i]) out.emplace_back(kNames[i]);
+    if (seen[i]) out.emplace_back(module_name(static_cast<ModuleId>(i)));
   }
   return out;
 }

@@ -1,25 +1,34 @@
 // adapters/adapter.h: one loaded LoRA adapter: per (layer, projection) factors A and B in
 // Hugging Face's layout with the scale folded into B, plus its content identity. Also
 // the little the adapters layer knows about the base model (BaseModelShape), so it never
-// includes runtime/ headers: the runtime fills the shape in and converts module ids.
+// includes runtime/ headers: the runtime fills the shape in.
+//
+// Identity (common/adapter_identity.h): SHA-256 over exactly what determines the adapter's
+// output: per adapted (layer, module), in (layer, module) order: the layer, the module's
+// name, the rank, the effective scale, and A and the scaled B as stored (dtype name, shape,
+// bytes). Every option that changes the math (alpha, rank_pattern, rsLoRA, target rules,
+// the GGUF Q/K un-permute) acts through those. Not hashed: the name, path, format, load
+// time. So two loads of the same files, in any registry or process, get one identity.
 #pragma once
 
 #include <ATen/ATen.h>
 
-#include <array>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/adapter_identity.h"
+#include "common/sha256.h"
+#include "formats/llama_modules.h"
+
 namespace lorakv::adapters {
 
-// The seven adaptable projections, in the runtime's Module order (runtime checks that).
-constexpr int kNumModules = 7;
-enum class ModuleId { kQ = 0, kK, kV, kO, kGate, kUp, kDown };
-const char* module_name(ModuleId m);                      // "q_proj", ... (HF names)
-std::optional<ModuleId> module_from_name(const std::string& name);  // "q_proj" -> kQ
-std::string module_path(int64_t layer, ModuleId m);      // "model.layers.3.self_attn.q_proj"
+// The seven adaptable projections: the runtime's Module is the same type.
+using ModuleId = formats::LlamaModule;
+constexpr int kNumModules = formats::kNumLlamaModules;
+using formats::module_from_name;  // "q_proj" -> kQ
+using formats::module_name;       // "q_proj", ... (HF names)
+using formats::module_path;       // "model.layers.3.self_attn.q_proj"
 
 // What an adapter must fit: the base model's dimensions.
 struct BaseModelShape {
@@ -45,31 +54,21 @@ struct LoraModule {
   double scale = 0;  // alpha / rank, or alpha / sqrt(rank) with rsLoRA; already folded into b
   at::Tensor a;      // [rank, in_dim], the adapter's dtype (shrink)
   at::Tensor b;      // [out_dim, rank], the adapter's dtype, HF row order, times scale (expand)
-  std::string hash;    // content hash of this module: layer, module, rank, scale, A, scaled B
-  std::string a_hash;  // content hash of A alone (shared-A groups compare these)
+  // Set by the Adapter that holds this module:
+  Sha256Digest hash;       // this module's part of the identity: layer, module, rank, scale, A, scaled B
+  AdapterIdentity a_hash;  // A with its layer, module, dtype and shape: the identity of the shared-A group
+                           // of the adapters whose A here is byte-equal (the cache keys its rows by it)
 };
 
 enum class AdapterFormat { kPeft, kGgufLora };
 const char* adapter_format_name(AdapterFormat f);  // "peft", "gguf-lora"
 
-// An adapter's identity for anything cached on its behalf (residual rows): its content
-// hash plus a serial number unique to this load, so replacing or reloading an adapter
-// under the same name never reuses what the old one computed, even from identical bytes.
-struct AdapterIdentity {
-  std::string content_hash;  // 32 hex digits over every module's hash
-  uint64_t load_serial = 0;  // unique per load in this process
-  friend bool operator==(const AdapterIdentity& a, const AdapterIdentity& b) {
-    return a.content_hash == b.content_hash && a.load_serial == b.load_serial;
-  }
-  friend bool operator!=(const AdapterIdentity& a, const AdapterIdentity& b) { return !(a == b); }
-};
-
 // Immutable after construction, so any number of threads may read one adapter; it lives
 // as long as someone holds its shared_ptr (a running sequence pins it that way).
 class Adapter {
  public:
-  // `modules` need not be sorted; each (layer, module) at most once. Computes the hashes
-  // and assigns a fresh load serial.
+  // `modules` need not be sorted; each (layer, module) at most once. Hashes every module
+  // (LoraModule::hash, a_hash) from its fields and tensors, then the identity from those.
   Adapter(std::string name, std::string source, AdapterFormat format, BaseModelShape shape,
           std::vector<LoraModule> modules);
 
@@ -78,7 +77,7 @@ class Adapter {
   AdapterFormat format() const { return format_; }
   const BaseModelShape& base_shape() const { return shape_; }
   const AdapterIdentity& identity() const { return identity_; }
-  const std::string& content_hash() const { return identity_.content_hash; }
+  std::string content_hash() const { return identity_.hex(); }  // 64 hex digits, for users
   at::ScalarType dtype() const;
 
   // The factors for one projection, or nullptr when it is not adapted.
@@ -100,8 +99,9 @@ class Adapter {
 };
 
 // Builds one LoraModule from float32 factors, checking them against the base model:
-// shapes, rank in [1, min(in, out)], finite values. Folds `scale` into B, casts both to
-// `dtype` and hashes them. `file` and `key` name the source for AdapterLoadError.
+// shapes, rank in [1, min(in, out)], finite values. Folds `scale` into B and casts both
+// to `dtype` (the Adapter built from it hashes them). `file` and `key` name the source
+// for AdapterLoadError.
 //   a: float32 [rank, in_dim];  b: float32 [out_dim, rank] (HF row order)
 LoraModule make_lora_module(const BaseModelShape& shape, int64_t layer, ModuleId m, at::Tensor a, at::Tensor b,
                             double alpha, double scale, at::ScalarType dtype, const std::string& file,

@@ -2,6 +2,7 @@
 #include "adapters/adapter_registry.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/errors.h"
 
@@ -88,19 +89,16 @@ int64_t AdapterRegistry::num_bytes() const {
 
 std::vector<SharedAGroup> AdapterRegistry::shared_a_groups() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  // (layer, module, A hash) -> adapters; equal hashes are confirmed bitwise.
-  std::map<std::tuple<int64_t, int, std::string>, std::vector<std::pair<std::string, const LoraModule*>>> by_hash;
+  // (layer, module, A's SHA-256) -> adapter names (sorted: adapters_ is a sorted map). The
+  // digest covers A's bytes, dtype and shape, so equal digests are byte-equal A.
+  std::map<std::tuple<int64_t, int, AdapterIdentity>, std::vector<std::string>> by_hash;
   for (const auto& [name, a] : adapters_) {
-    for (const LoraModule& m : a->modules()) by_hash[{m.layer, static_cast<int>(m.module), m.a_hash}].push_back({name, &m});
+    for (const LoraModule& m : a->modules()) by_hash[{m.layer, static_cast<int>(m.module), m.a_hash}].push_back(name);
   }
   std::vector<SharedAGroup> out;
-  for (const auto& [key, members] : by_hash) {
-    if (members.size() < 2) continue;
-    SharedAGroup g{std::get<0>(key), static_cast<ModuleId>(std::get<1>(key)), std::get<2>(key), {}};
-    for (const auto& [name, m] : members) {
-      if (at::equal(m->a, members.front().second->a)) g.adapters.push_back(name);
-    }
-    if (g.adapters.size() >= 2) out.push_back(std::move(g));
+  for (auto& [key, names] : by_hash) {
+    if (names.size() < 2) continue;
+    out.push_back({std::get<0>(key), static_cast<ModuleId>(std::get<1>(key)), std::get<2>(key), std::move(names)});
   }
   return out;
 }

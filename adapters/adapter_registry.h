@@ -8,7 +8,9 @@
 // adapter refuses with kInUse and nothing changes. The check is exact: the registry's
 // copy is the only one not reachable through an earlier acquire, and acquire takes the
 // same lock. `load(..., replace)` may replace a pinned adapter: running sequences keep
-// the old one (and its identity) until they finish; new acquires get the new one.
+// the old one until they finish; new acquires get the new one. Identities are content
+// hashes: two names loaded from the same files have one identity (and may share cached
+// rows), and a replacement with the same content keeps it.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -42,11 +44,12 @@ struct UnloadResult {
   std::string message;  // says what happened, for users
 };
 
-// Adapters whose A for one (layer, projection) is bitwise equal.
+// Adapters whose A for one (layer, projection) is bitwise equal. Groups are per (layer,
+// projection): a group here says nothing about the adapters' other modules.
 struct SharedAGroup {
   int64_t layer = 0;
   ModuleId module = ModuleId::kQ;
-  std::string a_hash;
+  AdapterIdentity identity;           // the members' LoraModule::a_hash; ContentKey::residual takes it
   std::vector<std::string> adapters;  // names, sorted; two or more
 };
 

@@ -11,33 +11,18 @@
 #include "common/errors.h"
 #include "formats/ggml_types.h"
 #include "formats/gguf_file.h"
+#include "formats/llama_modules.h"
+#include "kernels/qk_unpermute.h"
 
 namespace lorakv::adapters {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::optional<ModuleId> module_from_gguf(const std::string& n) {
-  static const std::map<std::string, ModuleId> kMap = {
-      {"attn_q", ModuleId::kQ},       {"attn_k", ModuleId::kK},   {"attn_v", ModuleId::kV},
-      {"attn_output", ModuleId::kO},  {"ffn_gate", ModuleId::kGate}, {"ffn_up", ModuleId::kUp},
-      {"ffn_down", ModuleId::kDown}};
-  auto it = kMap.find(n);
-  if (it == kMap.end()) return std::nullopt;
-  return it->second;
-}
-
 at::Tensor read_f32(const formats::GgufTensorInfo& t) {
   at::Tensor out = at::empty(t.torch_shape(), at::kFloat);
   formats::dequantize_to_f32(t.type(), t.data, out.data_ptr<float>(), t.num_elements);
   return out;
-}
-
-// llama.cpp's Q/K row order back to Hugging Face's, per head: rows (2j, 2j+1) -> (j, j + hd/2).
-// b: float32 [num_heads * head_dim, r].
-at::Tensor unpermute_rows(const at::Tensor& b, int64_t num_heads) {
-  const int64_t head_dim = b.size(0) / num_heads;
-  return b.reshape({num_heads, head_dim / 2, 2, b.size(1)}).transpose(1, 2).reshape(b.sizes()).contiguous();
 }
 
 }  // namespace
@@ -71,7 +56,7 @@ std::shared_ptr<const Adapter> load_gguf_lora(const std::string& name, const std
   for (const formats::GgufTensorInfo& t : file->tensors()) {
     std::smatch m;
     std::optional<ModuleId> mod;
-    if (std::regex_match(t.name, m, name_re)) mod = module_from_gguf(m[2].str());
+    if (std::regex_match(t.name, m, name_re)) mod = formats::module_from_gguf_name(m[2].str());
     if (!mod) {
       throw AdapterLoadError("unsupported tensor in a GGUF LoRA adapter",
                              {path, t.name, "blk.N.{attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down}.weight."
@@ -100,7 +85,8 @@ std::shared_ptr<const Adapter> load_gguf_lora(const std::string& name, const std
       throw AdapterLoadError(e.message(), e.context());
     }
     if (shape.gguf_permutes_qk && b.dim() == 2 && b.size(0) == shape.out_dim(m) && (m == ModuleId::kQ || m == ModuleId::kK)) {
-      b = unpermute_rows(b, m == ModuleId::kQ ? shape.num_heads : shape.num_kv_heads);
+      // llama.cpp's Q/K row order back to Hugging Face's. b: float32 [num_heads * head_dim, r].
+      b = kernels::unpermute_qk_rows(b, m == ModuleId::kQ ? shape.num_heads : shape.num_kv_heads);
     }
     const int64_t rank = a.dim() == 2 ? a.size(0) : 1;
     const double scale = alpha == 0.0 ? 1.0 : alpha / static_cast<double>(rank);  // llama.cpp's rule

@@ -14,6 +14,7 @@
 #include "agents/cli_args.h"
 #include "agents/commands.h"
 #include "common/errors.h"
+#include "common/shape_string.h"
 #include "formats/chat_template.h"
 #include "formats/ggml_types.h"
 #include "formats/gguf_file.h"
@@ -59,12 +60,6 @@ std::string bytes_text(uint64_t n) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f MiB (%s bytes)", static_cast<double>(n) / (1 << 20), grouped(n).c_str());
   return buf;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 // A quoted, escaped, possibly shortened string for one output line.
@@ -177,7 +172,7 @@ void print_tensors(std::ostream& out, const std::vector<TensorRow>& rows) {
   out << buf;
   for (const TensorRow& r : rows) {
     std::snprintf(buf, sizeof buf, "  %-*s  %-6s  %-16s  %s\n", w, r.name.c_str(), r.type.c_str(),
-                  shape_text(r.shape).c_str(), grouped(static_cast<uint64_t>(r.num_bytes)).c_str());
+                  shape_string(r.shape).c_str(), grouped(static_cast<uint64_t>(r.num_bytes)).c_str());
     out << buf;
   }
 }

@@ -1,6 +1,6 @@
-// cache/cache_types.h: the small value types of the cache layer: adapter identities,
-// storage dtypes, the content key that decides when a stored block may be reused, and the
-// cache layout (layers, KV heads, head groups, block size). Torch-free; shared by the
+// cache/cache_types.h: the small value types of the cache layer: storage dtypes, the
+// content key that decides when a stored block may be reused, and the cache layout
+// (layers, KV heads, head groups, block size). Torch-free; shared by the
 // tensor-free bookkeeping (block_allocator, prefix_index, cache_manager) and the storage
 // (block_pool, paged_kv_cache).
 //
@@ -18,24 +18,17 @@
 #include <cstdint>
 #include <functional>
 
+#include "common/adapter_identity.h"
 #include "common/errors.h"
 #include "common/ids.h"
 
 namespace lorakv::cache {
 
-// Identity of an adapter's content (a 128-bit content hash computed by adapters/), of a
-// shared-A group, or of the base model (all zeros). The cache never sees adapter files.
-struct AdapterIdentity {
-  uint64_t hi = 0;
-  uint64_t lo = 0;
-  static constexpr AdapterIdentity base_model() { return {}; }
-  constexpr bool is_base_model() const { return hi == 0 && lo == 0; }
-  friend constexpr bool operator==(AdapterIdentity a, AdapterIdentity b) { return a.hi == b.hi && a.lo == b.lo; }
-  friend constexpr bool operator!=(AdapterIdentity a, AdapterIdentity b) { return !(a == b); }
-  friend constexpr bool operator<(AdapterIdentity a, AdapterIdentity b) {
-    return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
-  }
-};
+// Rows are keyed by lorakv::AdapterIdentity (common/adapter_identity.h): the SHA-256 that
+// adapters/ computes over an adapter's content (Adapter::identity()) or over one shared-A
+// group's A (SharedAGroup::identity), or base_model() (all zeros). Equal identity is equal
+// content, so equal identities share rows and different ones never do. The cache never
+// sees adapter files.
 
 // Element type of stored rows. kInt8 is reserved for the eviction issue: it will add a
 // float per-row scale tensor beside the rows in BlockPool; nothing accepts it yet.
@@ -93,7 +86,7 @@ inline uint64_t hash_mix(uint64_t seed, uint64_t value) {
 
 inline uint64_t hash_key(const ContentKey& key) {
   uint64_t h = hash_mix(static_cast<uint64_t>(key.kind), static_cast<uint64_t>(key.dtype));
-  return hash_mix(hash_mix(h, key.adapter.hi), key.adapter.lo);
+  return hash_mix(h, std::hash<AdapterIdentity>()(key.adapter));
 }
 
 // Shape of the cache, fixed at construction.

@@ -9,7 +9,7 @@ namespace lorakv::cache {
 
 bool WriterFilter::accepts(const std::vector<AdapterIdentity>& writers) const {
   if (!required) return true;
-  return std::all_of(writers.begin(), writers.end(), [&](AdapterIdentity w) { return w == *required; });
+  return std::all_of(writers.begin(), writers.end(), [&](const AdapterIdentity& w) { return w == *required; });
 }
 
 uint64_t PrefixIndex::hash_of(const PrefixEntryKey& key) {

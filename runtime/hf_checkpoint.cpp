@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/shape_string.h"
 #include "formats/json.h"
 #include "formats/safetensors_file.h"
 #include "formats/safetensors_index.h"
@@ -131,13 +132,8 @@ ModelWeights load_hf_weights(const std::string& dir, const ModelConfig& config, 
   return assemble_weights(config, dtype, [&](const std::string& name, const std::vector<int64_t>& shape) {
     const formats::SafetensorsTensorInfo& info = file ? file->tensor(name) : shards->tensor(name);
     if (info.shape != shape) {
-      auto str = [](const std::vector<int64_t>& s) {
-        std::string out = "[";
-        for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-        return out + "]";
-      };
       throw ModelLoadError("tensor shape disagrees with config.json",
-                           {info.file, name, str(shape), str(info.shape), "the weights and config.json do not belong together"});
+                           {info.file, name, shape_string(shape), shape_string(info.shape), "the weights and config.json do not belong together"});
     }
     at::Tensor out = at::empty(shape, at::kFloat);
     formats::convert_to_f32(info, out.data_ptr<float>());

@@ -58,12 +58,10 @@ at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, Module module
   const at::Tensor& bias = w.bias(module);
   at::Tensor out = bias.defined() ? at::linear(x, w.weight(module), bias) : at::linear(x, w.weight(module));
   if (plan.adapter_rows.empty()) return out;
-  // runtime::Module and adapters::ModuleId list the projections in the same order
-  // (checked by the adapters tests through module_name()).
-  const auto id = static_cast<adapters::ModuleId>(static_cast<int>(module));
+  // runtime::Module and adapters::ModuleId are one type (formats::LlamaModule).
   std::vector<kernels::LoraSegment> segments;
   for (const AdapterRows& g : plan.adapter_rows) {
-    if (const adapters::LoraModule* m = g.adapter->find(layer, id)) segments.push_back({g.rows, m->a, m->b});
+    if (const adapters::LoraModule* m = g.adapter->find(layer, module)) segments.push_back({g.rows, m->a, m->b});
   }
   if (!segments.empty()) kernels::lora_add(out, x, segments);
   return out;

@@ -5,16 +5,11 @@
 
 #include "common/errors.h"
 #include "common/logging.h"
+#include "common/shape_string.h"
 #include "formats/gguf_file.h"
 
 namespace lorakv::runtime {
 namespace {
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Dequantises one tensor in PyTorch shape, checking it against `shape`, then casts it to
 // the model dtype.
@@ -42,11 +37,6 @@ at::Tensor load_tensor(const formats::GgufFile& file, const std::string& name, c
 
 }  // namespace
 
-const char* module_name(Module m) {
-  static const char* names[kNumModules] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  return names[static_cast<int>(m)];
-}
-
 const at::Tensor& LayerWeights::weight(Module m) const {
   switch (m) {
     case Module::kQ: return q_proj;
@@ -70,17 +60,6 @@ const at::Tensor& LayerWeights::bias(Module m) const {
   }
 }
 
-at::Tensor unpermute_qk_rows(const at::Tensor& w, int64_t num_heads) {
-  const int64_t out = w.size(0);
-  const int64_t head_dim = out / num_heads;
-  LORAKV_ASSERT(out % num_heads == 0 && head_dim % 2 == 0, "bad Q/K shape for un-permute");
-  // GGUF row 2j+i of a head holds HF row j + i*head_dim/2: view [heads, hd/2, 2, ...],
-  // swap the two middle axes, flatten back.
-  std::vector<int64_t> shape = {num_heads, head_dim / 2, 2};
-  for (int64_t d = 1; d < w.dim(); ++d) shape.push_back(w.size(d));
-  return w.reshape(shape).transpose(1, 2).reshape(w.sizes()).contiguous();
-}
-
 ModelWeights assemble_weights(const ModelConfig& c, at::ScalarType dtype, const TensorFetcher& fetch) {
   const int64_t h = c.hidden_dim;
   const int64_t q_dim = c.num_heads * c.head_dim;
@@ -98,21 +77,22 @@ ModelWeights assemble_weights(const ModelConfig& c, at::ScalarType dtype, const 
   w.layers.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto proj = [&](Module m, const char* suffix) { return module_path(l, m) + suffix; };
     LayerWeights lw;
     lw.attn_norm = get(p + "input_layernorm.weight", {h});
-    lw.q_proj = get(p + "self_attn.q_proj.weight", {q_dim, h});
-    lw.k_proj = get(p + "self_attn.k_proj.weight", {kv_dim, h});
-    lw.v_proj = get(p + "self_attn.v_proj.weight", {kv_dim, h});
+    lw.q_proj = get(proj(Module::kQ, ".weight"), {q_dim, h});
+    lw.k_proj = get(proj(Module::kK, ".weight"), {kv_dim, h});
+    lw.v_proj = get(proj(Module::kV, ".weight"), {kv_dim, h});
     if (c.attention_bias) {
-      lw.q_bias = get(p + "self_attn.q_proj.bias", {q_dim});
-      lw.k_bias = get(p + "self_attn.k_proj.bias", {kv_dim});
-      lw.v_bias = get(p + "self_attn.v_proj.bias", {kv_dim});
+      lw.q_bias = get(proj(Module::kQ, ".bias"), {q_dim});
+      lw.k_bias = get(proj(Module::kK, ".bias"), {kv_dim});
+      lw.v_bias = get(proj(Module::kV, ".bias"), {kv_dim});
     }
-    lw.o_proj = get(p + "self_attn.o_proj.weight", {h, q_dim});
+    lw.o_proj = get(proj(Module::kO, ".weight"), {h, q_dim});
     lw.mlp_norm = get(p + "post_attention_layernorm.weight", {h});
-    lw.gate_proj = get(p + "mlp.gate_proj.weight", {c.intermediate_dim, h});
-    lw.up_proj = get(p + "mlp.up_proj.weight", {c.intermediate_dim, h});
-    lw.down_proj = get(p + "mlp.down_proj.weight", {h, c.intermediate_dim});
+    lw.gate_proj = get(proj(Module::kGate, ".weight"), {c.intermediate_dim, h});
+    lw.up_proj = get(proj(Module::kUp, ".weight"), {c.intermediate_dim, h});
+    lw.down_proj = get(proj(Module::kDown, ".weight"), {h, c.intermediate_dim});
     for (const at::Tensor* t : {&lw.attn_norm, &lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.mlp_norm,
                                 &lw.gate_proj, &lw.up_proj, &lw.down_proj, &lw.q_bias, &lw.k_bias, &lw.v_bias}) {
       if (t->defined()) w.num_bytes += static_cast<int64_t>(t->nbytes());
@@ -128,13 +108,8 @@ ModelWeights assemble_weights(const ModelConfig& c, at::ScalarType dtype, const 
 }
 
 std::string gguf_tensor_name(const std::string& hf_name) {
-  static const std::pair<const char*, const char*> layer_names[] = {
-      {"input_layernorm.weight", "attn_norm.weight"},     {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},       {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},           {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},           {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},            {"mlp.down_proj.weight", "ffn_down.weight"}};
+  static const std::pair<const char*, const char*> norm_names[] = {
+      {"input_layernorm.weight", "attn_norm.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"}};
   if (hf_name == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf_name == "model.norm.weight") return "output_norm.weight";
   if (hf_name == "lm_head.weight") return "output.weight";
@@ -143,8 +118,16 @@ std::string gguf_tensor_name(const std::string& hf_name) {
   const size_t dot = hf_name.find('.', prefix.size());
   const std::string layer = hf_name.substr(prefix.size(), dot - prefix.size());
   const std::string rest = hf_name.substr(dot + 1);
-  for (const auto& [hf, gguf] : layer_names) {
-    if (rest == hf) return "blk." + layer + "." + gguf;
+  const std::string blk = "blk." + layer + ".";
+  for (const auto& [hf, gguf] : norm_names) {
+    if (rest == hf) return blk + gguf;
+  }
+  for (int i = 0; i < kNumModules; ++i) {  // projections: formats/llama_modules.h's two names
+    const Module m = static_cast<Module>(i);
+    const std::string path = module_path(std::stoll(layer), m);
+    for (const char* suffix : {".weight", ".bias"}) {
+      if (hf_name == path + suffix) return blk + gguf_module_name(m) + suffix;
+    }
   }
   LORAKV_ASSERT(false, "no GGUF name for " << hf_name);
   return "";

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "formats/llama_modules.h"
+#include "kernels/qk_unpermute.h"
 #include "runtime/model_config.h"
 
 namespace lorakv::formats {
@@ -16,11 +18,11 @@ class GgufFile;
 
 namespace lorakv::runtime {
 
-// The seven linear projections of a layer: every one goes through LlamaModel::project,
-// the single place where adapters will be applied.
-enum class Module { kQ = 0, kK, kV, kO, kGate, kUp, kDown };
-constexpr int kNumModules = 7;
-const char* module_name(Module m);  // HF names: "q_proj", ..., "down_proj"
+// The seven linear projections of a layer (formats/llama_modules.h names them): every one
+// goes through LlamaModel::project, the single place where adapters are applied.
+using Module = formats::LlamaModule;
+constexpr int kNumModules = formats::kNumLlamaModules;
+using formats::module_name;  // HF names: "q_proj", ..., "down_proj"
 
 // Every tensor is in the model dtype (float32 or bfloat16).
 struct LayerWeights {
@@ -49,9 +51,8 @@ struct ModelWeights {
   int64_t num_bytes = 0;    // bytes held by the tensors above (tied storage counted once)
 };
 
-// Inverse of llama.cpp's Q/K permutation: rows of each head go from interleaved pairs
-// (2j, 2j+1) back to halves (j, j + head_dim/2). w: [num_heads * head_dim, in].
-at::Tensor unpermute_qk_rows(const at::Tensor& w, int64_t num_heads);
+// Inverse of llama.cpp's Q/K permutation (kernels/qk_unpermute.h), applied at GGUF load.
+using kernels::unpermute_qk_rows;
 
 // Returns the float32 tensor of a Hugging Face-named weight ("model.layers.3.mlp.up_proj.
 // weight") in HF layout, checked against `shape`; throws ModelLoadError when missing.

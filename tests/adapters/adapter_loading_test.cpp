@@ -1,6 +1,7 @@
 // tests/adapters/adapter_loading_test.cpp: PEFT and GGUF LoRA loading on small hand-made
-// adapters: the config rules PEFT applies, scale folding, identity hashes, and one test
-// per refusal (each checks the message names the field and what is supported).
+// adapters: the config rules PEFT applies, scale folding, content identity (with shared-A
+// groups and a registry holding equal identities), and one test per refusal (each checks
+// the message names the field and what is supported).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <limits>
 
 #include "adapters/adapter_loader.h"
+#include "adapters/adapter_registry.h"
 #include "common/errors.h"
 #include "tests/support/gguf_builder.h"
 #include "tests/support/safetensors_builder.h"
@@ -95,26 +97,184 @@ TEST(PeftLoading, KeysWithTheAdapterNameSegmentLoadTheSame) {
   EXPECT_EQ(plain->content_hash(), named->content_hash());
 }
 
-TEST(PeftLoading, IdentityIsContentPlusLoad) {
+// Identity (adapters/adapter.h): a SHA-256 of exactly what determines the output.
+TEST(AdapterIdentity, SameContentGivesOneIdentityAcrossLoadsNamesAndPaths) {
   const std::string dir = write_peft("peft_id", kQvConfig, qv_modules(2));
   auto a = load_adapter("a", dir, tiny());
-  auto b = load_adapter("a", dir, tiny());
-  EXPECT_EQ(a->content_hash(), b->content_hash());
-  EXPECT_EQ(a->content_hash().size(), 32u);
-  EXPECT_NE(a->identity(), b->identity());  // a reload never reuses the old identity
-  EXPECT_EQ(a->find(0, ModuleId::kQ)->hash, b->find(0, ModuleId::kQ)->hash);
-  // Changing one value, or only the scale, changes the hash (of that module only).
-  SafetensorsBuilder changed = qv_modules(2);
-  changed.tensors[0] = SafetensorsBuilder().add_f32(key(0, "q_proj", "A"), {2, 8}, values(16, 0.3f));
-  auto c = load_adapter("a", write_peft("peft_id2", kQvConfig, changed), tiny());
-  EXPECT_NE(a->content_hash(), c->content_hash());
-  EXPECT_NE(a->find(0, ModuleId::kQ)->hash, c->find(0, ModuleId::kQ)->hash);
-  EXPECT_EQ(a->find(0, ModuleId::kV)->hash, c->find(0, ModuleId::kV)->hash);
+  auto b = load_adapter("b", dir, tiny());  // another load, another name
+  EXPECT_EQ(a->identity(), b->identity());
+  EXPECT_FALSE(a->identity().is_base_model());
+  EXPECT_EQ(a->content_hash(), a->identity().hex());
+  EXPECT_EQ(a->content_hash().size(), 64u);
+  for (const LoraModule& m : a->modules()) {
+    EXPECT_EQ(m.hash, b->find(m.layer, m.module)->hash);
+    EXPECT_EQ(m.a_hash, b->find(m.layer, m.module)->a_hash);
+  }
+  // A copy elsewhere, and an unused option (dropout only acts in training): still equal.
+  const fs::path copy = fs::path(testing::temp_path("peft_id_copy"));
+  fs::remove_all(copy);
+  fs::copy(dir, copy);
+  EXPECT_EQ(load_adapter("c", copy.string(), tiny())->identity(), a->identity());
+  std::string dropout = kQvConfig;
+  dropout.insert(1, R"("lora_dropout": 0.1, )");
+  EXPECT_EQ(load_adapter("d", write_peft("peft_id_dropout", dropout, qv_modules(2)), tiny())->identity(), a->identity());
+  // Two registries (as two processes would have) agree too.
+  AdapterRegistry r1(tiny(), at::kFloat), r2(tiny(), at::kFloat);
+  EXPECT_EQ(r1.load("x", dir)->identity(), r2.load("y", copy.string())->identity());
+}
+
+// Nothing process-local (addresses, serials, time) may enter the identity, or a saved
+// session restored in another process would miss its rows: this digest was computed once
+// and must never change unless the hashed encoding is changed on purpose (a new tag).
+TEST(AdapterIdentity, IsTheSameInEveryProcess) {
+  auto a = load_adapter("a", write_peft("peft_id_golden", kQvConfig, qv_modules(2)), tiny());
+  EXPECT_EQ(a->identity().hex(), "8386af9f9a97b222a077df1b25a83aa7f98bd4b5efd5459f65047f15835d84b7");
+}
+
+TEST(AdapterIdentity, EveryFieldThatChangesTheOutputChangesIt) {
+  const AdapterIdentity base = load_adapter("a", write_peft("peft_id_base", kQvConfig, qv_modules(2)), tiny())->identity();
+  auto identity_of = [](const std::string& dir_name, const std::string& cfg, const SafetensorsBuilder& b,
+                        at::ScalarType dtype = at::kFloat) {
+    return load_adapter("a", write_peft(dir_name, cfg, b), tiny(), {dtype})->identity();
+  };
+  auto with = [](std::string cfg, const std::string& from, const std::string& to) {
+    cfg.replace(cfg.find(from), from.size(), to);
+    return cfg;
+  };
+  SafetensorsBuilder one_b = qv_modules(2);
+  std::vector<float> bv = values(16, -0.2f);
+  bv[7] += 0.5f;
+  one_b.tensors[1] = SafetensorsBuilder().add_f32(key(0, "q_proj", "B"), {8, 2}, bv);
+  EXPECT_NE(identity_of("peft_id_b", kQvConfig, one_b), base) << "one B element";
+  SafetensorsBuilder one_a = qv_modules(2);
+  std::vector<float> av = values(16, 0.1f);
+  av[3] = -1.0f;
+  one_a.tensors[0] = SafetensorsBuilder().add_f32(key(0, "q_proj", "A"), {2, 8}, av);
+  EXPECT_NE(identity_of("peft_id_a", kQvConfig, one_a), base) << "one A element";
+  EXPECT_NE(identity_of("peft_id_alpha", with(kQvConfig, "\"lora_alpha\": 4", "\"lora_alpha\": 8"), qv_modules(2)), base)
+      << "the scale";
+  EXPECT_NE(identity_of("peft_id_rslora", with(kQvConfig, "\"r\": 2", "\"r\": 2, \"use_rslora\": true"), qv_modules(2)),
+            base)
+      << "rsLoRA's scale";
+  SafetensorsBuilder q_only, o_only;
+  for (int64_t l = 0; l < 2; ++l) add_module(q_only, l, "q_proj", 2);
+  const std::string q_cfg = with(kQvConfig, R"(["q_proj", "v_proj"])", R"(["q_proj"])");
+  const AdapterIdentity q_identity = identity_of("peft_id_targets", q_cfg, q_only);
+  EXPECT_NE(q_identity, base) << "a target module fewer";
+  // The same bytes on o_proj instead of q_proj (both 8 -> 8 in the tiny model).
+  for (int64_t l = 0; l < 2; ++l) {
+    o_only.add_f32(key(l, "o_proj", "A"), {2, 8}, values(16, 0.1f * static_cast<float>(l + 1)));
+    o_only.add_f32(key(l, "o_proj", "B"), {8, 2}, values(16, -0.2f));
+  }
+  EXPECT_NE(identity_of("peft_id_module", with(q_cfg, "\"q_proj\"", "\"o_proj\""), o_only), q_identity)
+      << "another module";
+  SafetensorsBuilder rank_q1;
+  for (int64_t l = 0; l < 2; ++l) {
+    add_module(rank_q1, l, "q_proj", 1);
+    add_module(rank_q1, l, "v_proj", 2);
+  }
+  EXPECT_NE(identity_of("peft_id_rank", with(kQvConfig, "\"r\": 2", "\"r\": 2, \"rank_pattern\": {\"q_proj\": 1}"),
+                        rank_q1),
+            base)
+      << "a rank";
+  EXPECT_NE(identity_of("peft_id_bf16", kQvConfig, qv_modules(2), at::kBFloat16), base) << "the stored dtype";
+  // The same q factors on layer 1 instead of layer 0.
+  auto q_on_layer = [&](int64_t layer) {
+    SafetensorsBuilder b;
+    b.add_f32(key(layer, "q_proj", "A"), {2, 8}, values(16, 0.1f));
+    b.add_f32(key(layer, "q_proj", "B"), {8, 2}, values(16, -0.2f));
+    const std::string cfg = R"({"r": 2, "lora_alpha": 4, "target_modules": ["q_proj"], "layers_to_transform": [)" +
+                            std::to_string(layer) + "]}";
+    return identity_of("peft_id_layer" + std::to_string(layer), cfg, b);
+  };
+  EXPECT_NE(q_on_layer(0), q_on_layer(1)) << "the layer";
+}
+
+// The loaders fold the scale into B, so B's bytes carry it; the scale is hashed on its own
+// as well, so a module whose scale were applied at run time could never alias one with it
+// folded in. alpha is not hashed: only the scale it gives acts.
+TEST(AdapterIdentity, HashesTheScaleButNotAlpha) {
+  const LoraModule m = make_lora_module(tiny(), 0, ModuleId::kQ, at::ones({2, 8}), at::ones({8, 2}), 4.0, 2.0,
+                                        at::kFloat, "test", "q");
+  LoraModule other_scale = m, other_alpha = m;  // the same stored tensors
+  other_scale.scale = 3.0;
+  other_alpha.alpha = 8.0;
+  auto identity = [](const LoraModule& mod) { return Adapter("a", "src", AdapterFormat::kPeft, tiny(), {mod}).identity(); };
+  EXPECT_NE(identity(other_scale), identity(m));
+  EXPECT_EQ(identity(other_alpha), identity(m));
+}
+
+// The format is not hashed: the same factors from PEFT and from GGUF are one identity.
+TEST(AdapterIdentity, PeftAndGgufWithTheSameFactorsAgree) {
+  SafetensorsBuilder b;
+  add_module(b, 0, "v_proj", 2);
+  const std::string cfg = R"({"r": 2, "lora_alpha": 4, "target_modules": ["v_proj"], "layers_to_transform": [0]})";
+  auto peft = load_adapter("p", write_peft("peft_id_vs_gguf", cfg, b), tiny());
+  testing::GgufBuilder g;
+  g.add_string("general.architecture", "llama");
+  g.add_string("general.type", "adapter");
+  g.add_string("adapter.type", "lora");
+  g.add_f32("adapter.lora.alpha", 4.0f);
+  g.add_f32_tensor("blk.0.attn_v.weight.lora_a", {8, 2}, values(16, 0.1f));  // torch [2, 8]
+  g.add_f32_tensor("blk.0.attn_v.weight.lora_b", {2, 4}, values(8, -0.2f));  // torch [4, 2]
+  const std::string path = testing::temp_path("id_vs_peft.gguf");
+  g.write(path);
+  auto gguf = load_adapter("g", path, tiny());
+  ASSERT_EQ(gguf->format(), AdapterFormat::kGgufLora);
+  EXPECT_EQ(gguf->identity(), peft->identity());
+}
+
+// Shared-A groups are per (layer, module): their identity is A's digest there, whatever
+// the members' other modules hold, and byte-equal A elsewhere is another group.
+TEST(AdapterIdentity, SharedAGroupsArePerLayerAndModule) {
+  SafetensorsBuilder x, y;
+  for (int64_t l = 0; l < 2; ++l) {
+    for (SafetensorsBuilder* b : {&x, &y}) b->add_f32(key(l, "q_proj", "A"), {2, 8}, values(16, 0.1f));  // every q A equal
+    x.add_f32(key(l, "q_proj", "B"), {8, 2}, values(16, -0.2f));
+    y.add_f32(key(l, "q_proj", "B"), {8, 2}, values(16, 0.7f));
+    x.add_f32(key(l, "v_proj", "A"), {2, 8}, values(16, 0.3f));
+    y.add_f32(key(l, "v_proj", "A"), {2, 8}, values(16, 0.4f));
+    for (SafetensorsBuilder* b : {&x, &y}) b->add_f32(key(l, "v_proj", "B"), {4, 2}, values(8, 0.5f));
+  }
+  AdapterRegistry reg(tiny(), at::kFloat);
+  auto ax = reg.load("x", write_peft("peft_group_x", kQvConfig, x));
+  auto ay = reg.load("y", write_peft("peft_group_y", kQvConfig, y));
+  EXPECT_NE(ax->identity(), ay->identity());
+  const std::vector<SharedAGroup> groups = reg.shared_a_groups();
+  ASSERT_EQ(groups.size(), 2u);  // q_proj at layers 0 and 1; no v_proj group
+  for (int64_t l = 0; l < 2; ++l) {
+    const SharedAGroup& g = groups[static_cast<size_t>(l)];
+    EXPECT_EQ(g.layer, l);
+    EXPECT_EQ(g.module, ModuleId::kQ);
+    EXPECT_EQ(g.adapters, (std::vector<std::string>{"x", "y"}));
+    EXPECT_EQ(g.identity, ax->find(l, ModuleId::kQ)->a_hash);
+    EXPECT_EQ(g.identity, ay->find(l, ModuleId::kQ)->a_hash);
+  }
+  EXPECT_NE(groups[0].identity, groups[1].identity);  // the same A bytes at another layer
+  EXPECT_NE(groups[0].identity, ax->identity());
+}
+
+// Two names with one content: both work, and unloading one leaves the other whole.
+TEST(AdapterIdentity, RegistryNamesWithOneContentStayIndependent) {
+  AdapterRegistry reg(tiny(), at::kFloat);
+  const std::string dir = write_peft("peft_twins", kQvConfig, qv_modules(2));
+  auto x = reg.load("x", dir);
+  auto y = reg.load("y", dir);
+  EXPECT_EQ(x->identity(), y->identity());
+  EXPECT_EQ(reg.size(), 2u);
+  EXPECT_EQ(reg.shared_a_groups().size(), 4u);  // every module's A is shared by the twins
+  x.reset();
+  y.reset();
+  EXPECT_EQ(reg.unload("x").status, UnloadStatus::kUnloaded);
+  std::shared_ptr<const Adapter> left = reg.require("y");
+  EXPECT_EQ(left->identity(), load_adapter("z", dir, tiny())->identity());
+  EXPECT_TRUE(at::allclose(left->find(1, ModuleId::kQ)->a, at::tensor(values(16, 0.2f)).view({2, 8})));
+  EXPECT_TRUE(reg.shared_a_groups().empty());
+  // Replacing with the same content keeps the identity; with other content, not.
+  EXPECT_EQ(reg.load("y", dir, /*replace=*/true)->identity(), left->identity());
   std::string alpha8 = kQvConfig;
   alpha8.replace(alpha8.find("\"lora_alpha\": 4"), 15, "\"lora_alpha\": 8");
-  auto d = load_adapter("a", write_peft("peft_id3", alpha8, qv_modules(2)), tiny());
-  EXPECT_NE(a->content_hash(), d->content_hash());
-  EXPECT_EQ(a->find(0, ModuleId::kQ)->a_hash, d->find(0, ModuleId::kQ)->a_hash);
+  EXPECT_NE(reg.load("y", write_peft("peft_twins8", alpha8, qv_modules(2)), true)->identity(), left->identity());
 }
 
 TEST(PeftLoading, TargetRulesAsPeftAppliesThem) {

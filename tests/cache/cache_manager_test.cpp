@@ -9,8 +9,8 @@
 namespace lorakv::cache {
 namespace {
 
-const AdapterIdentity kA{1, 1};
-const AdapterIdentity kB{2, 2};
+const AdapterIdentity kA{sha256("adapter a")};
+const AdapterIdentity kB{sha256("adapter b")};
 const ContentKey kBase = ContentKey::base(StorageDtype::kFloat32);
 const ContentKey kResA = ContentKey::residual(StreamKind::kResidualV, StorageDtype::kFloat32, kA);
 
@@ -120,6 +120,43 @@ TEST(CacheManager, ResidualRowsAreAdoptedOnlyForTheSameAdapter) {
   auto more = m.append(SeqId(2), {{}, kA, {{kResA, 0}, {res_b, 8}}});
   ASSERT_TRUE(more);
   EXPECT_EQ(more->residual[1][0].token_offsets.size(), 8u);
+}
+
+// An identity as adapters/ computes one: SHA-256 over the adapter's content. Computed
+// twice from the same bytes (two loads, two processes) it is the same identity.
+AdapterIdentity identity_of_content(const std::string& content) {
+  Sha256 h;
+  h.update_string("test adapter");
+  h.update_string(content);
+  return {h.finish()};
+}
+
+// Rows are keyed by identity alone: equal identities share base and residual rows,
+// identities of different content never do.
+TEST(CacheManager, RowsAreSharedForEqualIdentityAndNeverForDifferent) {
+  const AdapterIdentity loaded = identity_of_content("A and B bytes");
+  const AdapterIdentity reloaded = identity_of_content("A and B bytes");
+  const AdapterIdentity changed = identity_of_content("A and B bytez");  // one byte differs
+  ASSERT_EQ(loaded, reloaded);
+  auto res = [](const AdapterIdentity& id) { return ContentKey::residual(StreamKind::kResidualV, StorageDtype::kFloat32, id); };
+  auto full = [](const AdapterIdentity& id) { return ContentKey::base_with_adapter(StorageDtype::kFloat32, id); };
+  CacheManager m(small_config());
+  m.create_sequence(SeqId(1), kBase);
+  m.attach_residual(SeqId(1), res(loaded), {2, 3}, {});
+  ASSERT_TRUE(m.append(SeqId(1), {iota_tokens(9), loaded, {{res(loaded), 9}}}));
+  m.create_sequence(SeqId(2), full(loaded));
+  ASSERT_TRUE(m.append(SeqId(2), {iota_tokens(9), loaded, {}}));
+
+  // Base rows: the writer filter and full mode's key both compare identities.
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(9), WriterFilter{reloaded}).num_tokens, 8);
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(9), WriterFilter{changed}).num_tokens, 0);
+  EXPECT_EQ(m.match_prefix(full(reloaded), iota_tokens(9), {}).num_tokens, 8);
+  EXPECT_EQ(m.match_prefix(full(changed), iota_tokens(9), {}).num_tokens, 0);
+  // Residual rows: adopted under the reloaded identity, never under the changed one.
+  m.create_sequence(SeqId(3), kBase, m.match_prefix(kBase, iota_tokens(9), {}));
+  EXPECT_EQ(m.attach_residual(SeqId(3), res(reloaded), {2, 3}, {}), 8);
+  EXPECT_EQ(m.residual(SeqId(3), res(reloaded)).lanes[0].blocks[0], m.residual(SeqId(1), res(loaded)).lanes[0].blocks[0]);
+  EXPECT_EQ(m.attach_residual(SeqId(3), res(changed), {2, 3}, {}), 0);
 }
 
 TEST(CacheManager, ShortfallIsAValueAndQueriesArePure) {

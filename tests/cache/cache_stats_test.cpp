@@ -26,7 +26,7 @@ TEST(CacheStats, MeasuredBytesMatchTheClosedForm) {
       {4, 4, 16, 8, 1, StorageDtype::kBFloat16, {8, 0, 16, 8}, {16, 16, 16, 16}, 64, 20},
       {1, 1, 64, 16, 1, StorageDtype::kFloat32, {8}, {8}, 1, 1},
   };
-  const AdapterIdentity a{11, 1}, b{22, 2};
+  const AdapterIdentity a{sha256("adapter a")}, b{sha256("adapter b")};
   for (const Shape& sh : shapes) {
     SCOPED_TRACE("layers " + std::to_string(sh.layers) + " heads " + std::to_string(sh.kv_heads));
     CacheConfig c;

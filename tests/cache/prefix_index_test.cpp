@@ -6,8 +6,8 @@
 namespace lorakv::cache {
 namespace {
 
-const AdapterIdentity kAgentA{1, 2};
-const AdapterIdentity kAgentB{3, 4};
+const AdapterIdentity kAgentA{sha256("agent a")};
+const AdapterIdentity kAgentB{sha256("agent b")};
 
 PrefixEntryKey base_key(EntryId parent, std::vector<int32_t> tokens,
                         StorageDtype dtype = StorageDtype::kFloat32) {
