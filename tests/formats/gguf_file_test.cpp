@@ -373,6 +373,30 @@ TEST(GgufFile, ParsesBytesInMemoryAsAFile) {
   }
 }
 
+// Every committed fuzz input of `target` (fuzz/corpus/<target>, past findings among them).
+std::vector<std::filesystem::path> fuzz_corpus(const std::string& target) {
+  const std::filesystem::path dir =
+      std::filesystem::path(lorakv::testing::test_setting("LORAKV_SOURCE_DIR")) / "fuzz" / "corpus" / target;
+  std::vector<std::filesystem::path> files;
+  if (std::filesystem::is_directory(dir)) {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  }
+  return files;
+}
+
+TEST(GgufFile, ReplaysTheFuzzCorpusWithTypedErrorsOnly) {
+  const auto files = fuzz_corpus("gguf");
+  ASSERT_FALSE(files.empty()) << "no fuzz/corpus/gguf inputs found";
+  for (const auto& f : files) {
+    SCOPED_TRACE(f.filename().string());
+    try {
+      GgufFile::open(f.string());
+    } catch (const lorakv::Error&) {
+      // a typed refusal is an accepted outcome
+    }
+  }
+}
+
 TEST(GgufFile, MissingFileNamesThePath) {
   expect_load_error("/nonexistent/dir/model.gguf", "cannot open file");
 }

@@ -5,13 +5,16 @@
 #include <malloc.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <limits>
 #include <string>
 
 #include "common/errors.h"
 #include "formats/json.h"
 #include "tests/support/gguf_builder.h"
+#include "tests/support/test_settings.h"
 
 namespace lorakv::formats {
 namespace {
@@ -200,6 +203,34 @@ TEST(Json, PathsOfEveryShape) {
     parse_json(R"({"a": [1, {"b": tru}]})");
   } catch (const ConfigError& e) {
     EXPECT_EQ(e.context().key, "a[1].b");
+  }
+}
+
+// Every committed fuzz input of `target` (fuzz/corpus/<target>, past findings among them).
+std::vector<std::filesystem::path> fuzz_corpus(const std::string& target) {
+  const std::filesystem::path dir =
+      std::filesystem::path(lorakv::testing::test_setting("LORAKV_SOURCE_DIR")) / "fuzz" / "corpus" / target;
+  std::vector<std::filesystem::path> files;
+  if (std::filesystem::is_directory(dir)) {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  }
+  return files;
+}
+
+TEST(Json, ReplaysTheFuzzCorpusWithTypedErrorsOnly) {
+  const auto files = fuzz_corpus("json");
+  ASSERT_GE(files.size(), 4u) << "fuzz/corpus/json inputs missing";
+  for (const auto& f : files) {
+    SCOPED_TRACE(f.filename().string());
+    std::ifstream in(f, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+      const JsonValue v = parse_json(text.str());
+      EXPECT_EQ(parse_json(v.to_string()).to_string(), v.to_string());  // prints back to itself
+    } catch (const ConfigError&) {
+      // a typed refusal is an accepted outcome
+    }
   }
 }
 
