@@ -4,7 +4,10 @@
 Loads the same GGUF file lorakv loads (transformers dequantises it to float32 and
 un-permutes Q/K itself), tokenizes three fixed prompts with llama.cpp's tokenizer
 (vocab only: the canonical GGUF tokenizer), and writes, per prompt, the float32 logits
-at every position and a 64-token greedy decode with each step's top-2 logit margin.
+at every position and a 64-token greedy decode with each step's top-2 logit margin. Then
+the same model in float64 gives each prompt's logits again (stored rounded to float32, a
+relative change of at most 6e-8): the near-exact reference the C++ test measures float32
+rounding error against, to justify its tolerance (tests/runtime/hf_parity_test.cpp).
 Output is a GGUF file (lorakv's own reader loads it in the C++ parity test).
 
 usage: hf_oracle.py --model FILE --out FILE [--new-tokens 64]
@@ -87,11 +90,13 @@ def main() -> int:
     writer = gguf.GGUFWriter(args.out + ".partial", "lorakv-oracle")
     writer.add_uint32("oracle.new_tokens", args.new_tokens)
     writer.add_array("oracle.prompts", list(prompts.keys()))
+    float32_logits = {}
     with torch.no_grad():
         for name, prompt_ids in ids.items():
             x = torch.tensor([prompt_ids], dtype=torch.long)
             out = model(x, use_cache=True)
             logits = out.logits[0].float()  # [T, V]
+            float32_logits[name] = logits
             writer.add_array(f"{name}.ids", [int(i) for i in prompt_ids])
             writer.add_tensor(f"{name}.logits", logits.numpy().astype(np.float32))
             # Greedy decode with the incremental cache, recording each step's margin.
@@ -110,6 +115,13 @@ def main() -> int:
             writer.add_array(f"{name}.greedy_margins", margins)
             print(f"hf_oracle: {name}: {len(prompt_ids)} prompt tokens, greedy {len(generated)} tokens, "
                   f"min margin {min(margins):.2e}", file=sys.stderr)
+        model.double()
+        for name, prompt_ids in ids.items():
+            exact = model(torch.tensor([prompt_ids], dtype=torch.long)).logits[0]  # float64 [T, V]
+            rounding = float((float32_logits[name].double() - exact).abs().max() / exact.abs().max())
+            writer.add_tensor(f"{name}.logits_f64", exact.float().numpy())
+            print(f"hf_oracle: {name}: float32 vs float64 logits, max |diff| / max |logit| = {rounding:.3g}",
+                  file=sys.stderr)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -6,16 +6,20 @@ un-permutes Q/K), creates LoRA adapters with `peft` on it (targets {q,v}, {q,k,v
 all-linear; ranks 1, 8, 64; rsLoRA; rank/alpha patterns; a regex target; a layer subset;
 three adapters sharing v_proj's A; three sharing the A of every adapted module), gives
 each adapted projection a realistic strength (its output changes by 5-10% in norm on
-real text), saves them as PEFT directories, converts one to a llama.cpp GGUF LoRA file
-(q/k B rows permuted as convert_lora_to_gguf.py does), and records with `PeftModel`:
+real text), saves them as PEFT directories, converts two of them to GGUF LoRA files with
+llama.cpp's own convert_lora_to_gguf.py (tools/llama_cpp_converter.py; its --base is the
+base model's config.json as transformers reads it from the GGUF), and records with `PeftModel`:
   - per adapter: float32 logits at every prompt position and a 32-token greedy decode
     with each step's top-2 margin;
-  - a mixed batch (four sequences: three adapters and one without), run as one batch
-    with PEFT's adapter_names.
-Everything lands in --out-dir: <name>/ adapter directories, lora_q_k.gguf and
-peft_reference.safetensors (logits as tensors, ids/margins as JSON in __metadata__).
+  - a mixed batch (four sequences of equal length: three adapters and one without), run as
+    one batch with PEFT's adapter_names;
+  - a ragged set (prompts of different lengths, each with its own adapter or none, one
+    adapter on two of them), each prompt run through PEFT alone (no batch, no padding).
+Everything lands in --out-dir: <name>/ adapter directories, base_hf/config.json,
+<adapter>.gguf and peft_reference.safetensors (logits as tensors, ids/margins as JSON in
+__metadata__).
 
-usage: peft_oracle.py --model FILE --out-dir DIR [--new-tokens 32]
+usage: peft_oracle.py --model FILE --out-dir DIR --converter-dir DIR [--new-tokens 32]
 """
 import argparse
 import json
@@ -30,16 +34,23 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # CI shares 2 cores: never spin
 
-import numpy as np
 import torch
-import gguf
 import llama_cpp
 from peft import LoraConfig, get_peft_model
 from peft.tuners.lora import LoraLayer
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
+from llama_cpp_converter import convert_lora
+
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def chat(text):
+    return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n"
+            "<|im_start|>assistant\n")
+
+
 PROMPTS = [
     "Explain how a key-value cache speeds up decoding in a transformer.",
     "Write a short plan for a three-day trip to Kyoto in spring, with a budget.",
@@ -71,12 +82,13 @@ SPECS = {
 SHARED_A = {"role_v_1": ("role_v_0", ["v_proj"]), "role_v_2": ("role_v_0", ["v_proj"]),
             "role_all_1": ("role_all_0", None), "role_all_2": ("role_all_0", None)}
 MIXED = ["role_v_1", "pattern_r8", None, "qkvo_r1"]  # one sequence per prompt; None: the base model
-GGUF_SOURCE = "role_all_0"
-
-
-def chat(text):
-    return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n"
-            "<|im_start|>assistant\n")
+# Converted to GGUF LoRA by llama.cpp: q/k/v/o (Q/K permuted) and every linear module at rank 64.
+GGUF_SOURCES = ["role_all_0", "all_linear_r64"]
+# (adapter or None, prompt text): all lengths differ, from one token up; role_v_1 twice, apart.
+RAGGED = [("role_v_1", chat(PROMPTS[1])), (None, "The capital of France is"),
+          ("pattern_r8", chat(PROMPTS[0] + " Then compare it with recomputing every step, in numbers.")),
+          ("qv_r8", "<|im_start|>"), ("role_v_1", chat(PROMPTS[2])), ("all_linear_r64", chat(" ".join(PROMPTS))),
+          ("qkvo_r1", chat(PROMPTS[3]))]
 
 
 def capture_inputs(model, ids):
@@ -134,37 +146,30 @@ def greedy(model, ids, new_tokens, adapter_names=None):
     return logits, [list(t) for t in zip(*tokens)], [list(m) for m in zip(*margins)]
 
 
-def write_gguf_lora(model, name, path, n_head, n_kv_head):
-    """A llama.cpp GGUF LoRA of `name`: lora_a [r, in], lora_b [out, r] in GGUF's Q/K order."""
-    names = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
-             "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
-    w = gguf.GGUFWriter(path + ".partial", "llama")
-    w.add_string("general.type", "adapter")
-    w.add_string("adapter.type", "lora")
-    w.add_float32("adapter.lora.alpha", float(SPECS[name]["lora_alpha"]))
-    for path_, mod in model.named_modules():
-        if not isinstance(mod, LoraLayer) or name not in mod.lora_A:
-            continue
-        parts = path_.split(".")
-        layer, module = int(parts[parts.index("layers") + 1]), parts[-1]
-        a = mod.lora_A[name].weight.detach().float().numpy()
-        b = mod.lora_B[name].weight.detach().float()
-        if module in ("q_proj", "k_proj"):  # convert_hf_to_gguf's LlamaModel.permute on B's rows
-            heads = n_head if module == "q_proj" else n_kv_head
-            b = b.reshape(heads, 2, b.shape[0] // heads // 2, b.shape[1]).swapaxes(1, 2).reshape(b.shape)
-        w.add_tensor(f"blk.{layer}.{names[module]}.weight.lora_a", np.ascontiguousarray(a))
-        w.add_tensor(f"blk.{layer}.{names[module]}.weight.lora_b", np.ascontiguousarray(b.numpy()))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    os.replace(path + ".partial", path)
+def run_alone(model, adapter, ids, new_tokens):
+    """One prompt [1, T] through PEFT with only `adapter` active (None: adapters disabled)."""
+    if adapter is None:
+        with model.disable_adapter():
+            return greedy(model, ids, new_tokens)
+    model.set_adapter(adapter)
+    return greedy(model, ids, new_tokens)
+
+
+def write_base_config(base, path):
+    """The base model's config.json as transformers read it from the GGUF, for the converter's --base."""
+    config = base.config.to_dict()
+    config.pop("quantization_config", None)  # the GGUF's, not an HF checkpoint's
+    config["architectures"] = [type(base).__name__]  # the converter picks its model class by this
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--converter-dir", required=True, help="build folder for llama.cpp's extracted converter")
     ap.add_argument("--new-tokens", type=int, default=32)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -174,11 +179,13 @@ def main() -> int:
     vocab = llama_cpp.Llama(model_path=args.model, vocab_only=True, verbose=False)
     prompt_ids = [vocab.tokenize(chat(p).encode("utf-8"), add_bos=False, special=True) for p in PROMPTS]
     mixed_len = min(len(p) for p in prompt_ids)
+    ragged_ids = [vocab.tokenize(text.encode("utf-8"), add_bos=False, special=True) for _, text in RAGGED]
+    lengths = [len(ids) for ids in ragged_ids]
+    assert len(set(lengths)) == len(lengths) and min(lengths) == 1, lengths
     model_dir, model_file = os.path.split(os.path.abspath(args.model))
     base = AutoModelForCausalLM.from_pretrained(model_dir, gguf_file=model_file, dtype=torch.float32,
                                                 attn_implementation="eager")
     base.eval()
-    cfg = base.config
     ids0 = torch.tensor([prompt_ids[0]])
     inputs = capture_inputs(base, ids0)
 
@@ -199,11 +206,15 @@ def main() -> int:
         shutil.rmtree(os.path.join(args.out_dir, name), ignore_errors=True)
         model.save_pretrained(args.out_dir, selected_adapters=[name])
         assert os.path.exists(os.path.join(args.out_dir, name, "adapter_model.safetensors")), name
-    write_gguf_lora(model, GGUF_SOURCE, os.path.join(args.out_dir, "lora_q_k.gguf"),
-                    cfg.num_attention_heads, cfg.num_key_value_heads)
+    base_hf = os.path.join(args.out_dir, "base_hf")
+    write_base_config(base, base_hf)
+    for name in GGUF_SOURCES:
+        convert_lora(args.converter_dir, base_hf, os.path.join(args.out_dir, name),
+                     os.path.join(args.out_dir, name + ".gguf"))
+        print(f"peft_oracle: {name}: converted by llama.cpp's convert_lora_to_gguf.py", file=sys.stderr)
 
     tensors, meta = {}, {"prompt": prompt_ids[0], "new_tokens": args.new_tokens, "adapters": {}, "mixed": [],
-                         "gguf": {"file": "lora_q_k.gguf", "source": GGUF_SOURCE}}
+                         "ragged": [], "gguf": [{"file": n + ".gguf", "source": n} for n in GGUF_SOURCES]}
     with torch.no_grad():
         # Every adapter (and the base) on the same prompt, as one PEFT mixed batch: PEFT
         # runs each row with its own adapter, so each row is that adapter alone (and the
@@ -229,6 +240,12 @@ def main() -> int:
             tensors[f"mixed.{i}.logits"] = logits[i].contiguous()
             meta["mixed"].append({"adapter": name, "prompt": prompt_ids[i][:mixed_len], "greedy_ids": toks[i],
                                   "greedy_margins": margins[i]})
+        for i, (name, ids) in enumerate(zip((a for a, _ in RAGGED), ragged_ids)):
+            logits, toks, margins = run_alone(model, name, torch.tensor([ids]), args.new_tokens)
+            tensors[f"ragged.{i}.logits"] = logits[0].contiguous()
+            meta["ragged"].append({"adapter": name, "prompt": ids, "greedy_ids": toks[0], "greedy_margins": margins[0]})
+            print(f"peft_oracle: ragged {i} ({name}, {len(ids)} tokens): min margin {min(margins[0]):.2e}",
+                  file=sys.stderr)
     out = os.path.join(args.out_dir, "peft_reference.safetensors")
     save_file(tensors, out + ".partial", metadata={"oracle": json.dumps(meta)})
     os.replace(out + ".partial", out)
