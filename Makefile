@@ -11,8 +11,8 @@ test:
 build:
 	bash tools/build.sh
 
-# ThreadSanitizer build of the torch-free layers' and the adapter registry's tests
-# (outside `make test`; its own build folder).
+# ThreadSanitizer build of the common, formats and cache tests and the adapter registry's
+# tests (outside `make test`; its own build folder build-tsan/).
 tsan:
 	bash tools/tsan.sh
 
