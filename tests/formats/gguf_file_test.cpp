@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/fuzz_corpus.h"
 #include "tests/support/test_settings.h"
 #include "common/errors.h"
 #include "formats/gguf_file.h"
@@ -373,16 +374,7 @@ TEST(GgufFile, ParsesBytesInMemoryAsAFile) {
   }
 }
 
-// Every committed fuzz input of `target` (fuzz/corpus/<target>, past findings among them).
-std::vector<std::filesystem::path> fuzz_corpus(const std::string& target) {
-  const std::filesystem::path dir =
-      std::filesystem::path(lorakv::testing::test_setting("LORAKV_SOURCE_DIR")) / "fuzz" / "corpus" / target;
-  std::vector<std::filesystem::path> files;
-  if (std::filesystem::is_directory(dir)) {
-    for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
-  }
-  return files;
-}
+using lorakv::testing::fuzz_corpus;
 
 TEST(GgufFile, ReplaysTheFuzzCorpusWithTypedErrorsOnly) {
   const auto files = fuzz_corpus("gguf");

@@ -13,6 +13,7 @@
 
 #include "common/errors.h"
 #include "formats/json.h"
+#include "tests/support/fuzz_corpus.h"
 #include "tests/support/gguf_builder.h"
 #include "tests/support/test_settings.h"
 
@@ -206,16 +207,7 @@ TEST(Json, PathsOfEveryShape) {
   }
 }
 
-// Every committed fuzz input of `target` (fuzz/corpus/<target>, past findings among them).
-std::vector<std::filesystem::path> fuzz_corpus(const std::string& target) {
-  const std::filesystem::path dir =
-      std::filesystem::path(lorakv::testing::test_setting("LORAKV_SOURCE_DIR")) / "fuzz" / "corpus" / target;
-  std::vector<std::filesystem::path> files;
-  if (std::filesystem::is_directory(dir)) {
-    for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
-  }
-  return files;
-}
+using lorakv::testing::fuzz_corpus;
 
 TEST(Json, ReplaysTheFuzzCorpusWithTypedErrorsOnly) {
   const auto files = fuzz_corpus("json");
