@@ -4,7 +4,8 @@
 // real SmolLM2 saved as an HF directory equals the GGUF path; tokenizer.json parity with
 // HF `tokenizers`; bad configs are typed errors.
 //
-// Tolerance: float32 as in hf_parity_test.cpp (1e-4 of the largest logit). bfloat16: both
+// Tolerance: float32 as in hf_parity_test.cpp (kFloat32LogitsTolerance of the largest logit,
+// derived in tests/support/reference_values.h). bfloat16: both
 // sides round every activation to 8 significant bits (eps 2^-8 = 3.9e-3) but in different
 // orders; through 2 layers that is a few eps of the largest logit, so we allow 2e-2.
 #include <gtest/gtest.h>
@@ -70,7 +71,7 @@ TEST_P(TinyHfModel, LogitsMatchTransformers) {
   EXPECT_EQ(loaded.tokenizer, nullptr);  // random-weight fixtures carry no tokenizer
   const double err = relative_error(run_all_logits(*loaded.model, ids), read_f32(*ref, "logits"));
   std::printf("  %s: %zu tokens, relative error %.3g\n", GetParam().c_str(), ids.size(), err);
-  EXPECT_LT(err, 1e-4);
+  EXPECT_LT(err, lorakv::testing::kFloat32LogitsTolerance);
 
   if (ref->find_tensor("logits_bf16") != nullptr) {
     LoadedModel bf16 = load_model(dir, at::kBFloat16);
@@ -122,7 +123,7 @@ TEST(HfCheckpoint, RealSmolLM2DirectoryEqualsTheGgufPath) {
   auto gguf = LlamaModel::from_gguf(*gguf_file);
   const double err = relative_error(run_all_logits(*hf.model, ids), run_all_logits(*gguf, ids));
   std::printf("  SmolLM2 HF directory vs GGUF: relative error %.3g\n", err);
-  EXPECT_LT(err, 1e-4);
+  EXPECT_LT(err, lorakv::testing::kFloat32LogitsTolerance);
   ASSERT_NE(hf.tokenizer, nullptr);
   EXPECT_EQ(hf.tokenizer->eos_id(), 2);
   EXPECT_NE(hf.tokenizer->chat_template().find("<|im_start|>"), std::string::npos);
