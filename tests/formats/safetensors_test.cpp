@@ -104,6 +104,33 @@ TEST(Safetensors, ReadsF32F16AndBf16) {
   expect_load_error([&] { f->tensor("model.norm.weight"); }, {"required tensor is missing", "[model.norm.weight]", path});
 }
 
+// In-memory input (what the fuzzer feeds) goes through the same checks as a file and reads
+// the same tensors; a truncated buffer is refused naming the buffer's name.
+TEST(Safetensors, ParseBytesEqualsOpeningTheFile) {
+  const std::string path = temp_path("from_bytes.safetensors");
+  small_valid_file().write(path);
+  auto from_file = SafetensorsFile::open(path);
+  auto from_bytes = SafetensorsFile::parse_bytes(small_valid_file().bytes(), "in-memory");
+  ASSERT_EQ(from_bytes->tensors().size(), from_file->tensors().size());
+  for (size_t i = 0; i < from_file->tensors().size(); ++i) {
+    const SafetensorsTensorInfo& a = from_file->tensors()[i];
+    const SafetensorsTensorInfo& b = from_bytes->tensors()[i];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.dtype, b.dtype);
+    EXPECT_EQ(a.shape, b.shape);
+    ASSERT_EQ(a.num_bytes, b.num_bytes);
+    EXPECT_EQ(std::memcmp(a.data, b.data, static_cast<size_t>(a.num_bytes)), 0) << a.name;
+  }
+  std::vector<uint8_t> cut = small_valid_file().bytes();
+  cut.resize(cut.size() - 3);
+  try {
+    SafetensorsFile::parse_bytes(cut, "cut buffer");
+    FAIL() << "expected a ModelLoadError";
+  } catch (const ModelLoadError& e) {
+    EXPECT_EQ(e.context().file, "cut buffer");
+  }
+}
+
 TEST(Safetensors, OtherDtypesOpenButDoNotConvert) {
   SafetensorsBuilder b;
   b.add("ids", "I64", {2}, SafetensorsBuilder::raw(std::vector<int64_t>{7, 8}));
