@@ -144,6 +144,24 @@ struct Checker {
     }
   }
 
+  void key_delta(const KeyDelta& d, const LowRankStream& k, const SharedBase& base, bool has_shared,
+                 const std::string& what) const {
+    if (!d.storage || !has_shared) return;
+    LORA_ATTENTION_CHECK(k.rank == 0, what << ": a k residual and stored key deltas at once (give one of them)");
+    LORA_ATTENTION_CHECK(d.lanes, what << ": key delta rows are missing (no lanes) for the base's shared rows");
+    const PagedRows& rows = base.rows;
+    LORA_ATTENTION_CHECK(rows.heads_per_lane == 1 || d.storage->head_stride >= p.head_dim,
+                         what << ": head stride " << d.storage->head_stride << " is below head_dim " << p.head_dim);
+    storage(d.storage, false, (rows.heads_per_lane - 1) * d.storage->head_stride + p.head_dim, what);
+    for (int64_t l = 0; l < p.num_kv_heads / rows.heads_per_lane; ++l) {
+      const std::string lane = what + " lane " + std::to_string(l);
+      LORA_ATTENTION_CHECK(d.lanes[l].num_rows == rows.lanes[l].num_rows,
+                           lane << " has " << d.lanes[l].num_rows << " key delta rows for " << rows.lanes[l].num_rows
+                                << " shared rows (every shared row needs its delta row)");
+      for_each_slot(*d.storage, d.lanes[l], lane, [](int64_t) {});
+    }
+  }
+
   void output_strides(int64_t rows, int64_t row_stride, int64_t head_stride, int64_t width,
                       const std::string& what) const {
     const bool row_major = head_stride >= width && (rows <= 1 || row_stride >= p.num_heads * head_stride);
@@ -167,6 +185,7 @@ struct Checker {
     if (ag.lse) output_strides(ag.num_queries, ag.lse_row_stride, 1, 1, what + " lse");
     stream(ag.v, base, has_shared, false, what + "'s v residual");
     stream(ag.k, base, has_shared, true, what + "'s k residual");
+    key_delta(ag.k_delta, ag.k, base, has_shared, what + "'s key deltas");
     const bool has_private = base_rows(ag.private_rows, what + "'s private rows");
     if (p.mass != AttentionMass::kNone && has_private) {
       mass_output(ag.private_mass, 1, 0, ag.private_mass_head_stride, longest_lane(ag.private_rows),

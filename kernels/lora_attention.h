@@ -96,6 +96,18 @@ struct LowRankStream {
   int64_t b_rank_stride = 0;
 };
 
+// The other way to serve a K adapter: each shared row's full-width key delta of one agent
+// (K_agent - K_base), stored rather than rebuilt from C_k B_k. Rows run parallel to the
+// shared rows like C; the storage has the base pools' layout (head_stride = head_dim, no v,
+// no positions). After RoPE when the base keys are; before it when they are stored before
+// RoPE (then base + delta is rotated). It reads head_dim values per key instead of rank, and
+// costs a full-width row per token per agent in memory; lora_attention_bench measures where
+// it beats the expansion.
+struct KeyDelta {
+  const PagedStorage* storage = nullptr;  // null: none
+  const LaneRows* lanes = nullptr;        // [number of shared lanes]
+};
+
 // One agent's queries and outputs, all [num_queries, num_heads, ...] in PyTorch order.
 struct AgentAttention {
   int64_t num_queries = 0;
@@ -106,6 +118,7 @@ struct AgentAttention {
   const int64_t* q_positions = nullptr;  // [num_queries]
   LowRankStream v;  // residual on values
   LowRankStream k;  // residual on keys (K-LoRA), C_k stored before RoPE
+  KeyDelta k_delta;  // or, instead of k, the stored full-width key deltas
   // The agent's own full-width rows after the shared part (its instruction, its reply so
   // far; in `full` mode all its rows). No residual applies to them.
   PagedRows private_rows;

@@ -19,7 +19,7 @@ struct Vec {
   using R = __m256;
   static constexpr int kW = 8;
   static constexpr int kScoreRegs = 2;   // 16 keys x 4 rows: 8 accumulators of 16 registers
-  static constexpr int kPairRegs = 4;    // P.V of two rows: 8 accumulators
+  static constexpr int kAccRegs = 12;    // P.V and P.C accumulators (with a load and 3 broadcasts: 16)
   static constexpr int kExpandRegs = 2;  // K-LoRA expansion of four keys: 8 accumulators
   static constexpr bool kHasTranspose = true;
   // dst[i * dst_stride + j] = rows[j][d0 + i] for an 8 x 8 block.

@@ -26,7 +26,7 @@ struct Vec {
   using R = __m512;
   static constexpr int kW = 16;
   static constexpr int kScoreRegs = 4;   // 64 keys x 4 rows: 16 accumulators of 32 registers
-  static constexpr int kPairRegs = 8;    // P.V of two rows: 16 accumulators
+  static constexpr int kAccRegs = 16;    // P.V and P.C accumulators of 32 registers
   static constexpr int kExpandRegs = 2;  // K-LoRA expansion of four keys: 8 accumulators (32 dims)
   static constexpr bool kHasTranspose = true;
   // dst[i * dst_stride + j] = rows[j][d0 + i] for a 16 x 16 block.

@@ -186,6 +186,7 @@ struct FusedAttention {
   // at each row's rope position, expanded per tile on chip.
   static const float* agent_keys(const Item& it, int64_t a, const Scratch& sc, Tile& t, int64_t* residual_bytes) {
     const LowRankStream& ks = it.p.agents[a].k;
+    if (it.shared && it.p.agents[a].k_delta.storage) return delta_keys(it, it.p.agents[a].k_delta, sc, t, residual_bytes);
     if (!it.shared || ks.rank == 0) return base_keys(it, sc, t);
     *residual_bytes += load_residual(it, ks, t, sc.ck);
     const int64_t dim = it.dim, rank_pad = round_up(ks.rank, 16);
@@ -198,6 +199,25 @@ struct FusedAttention {
       O::rotate(x, dim, cos_row(it, t.rope[j]), sin_row(it, t.rope[j]));
       if (!before_rope) O::add_into(x, t.k[j], dim);
     }
+    O::transpose(Strided{sc.k_agent, dim}, t.n, dim, sc.kt_agent);
+    return sc.kt_agent;
+  }
+
+  // Agent keys from stored full-width deltas: base + delta (rotated after the sum when keys
+  // are stored before RoPE), transposed.
+  static const float* delta_keys(const Item& it, const KeyDelta& kd, const Scratch& sc, Tile& t, int64_t* residual_bytes) {
+    const PagedStorage& st = *kd.storage;
+    const LaneRows& lane = kd.lanes[it.lane_index];
+    const int64_t dim = it.dim, bs = st.block_size;
+    for (int64_t j = 0; j < t.n; ++j) {
+      const int64_t i = t.row0 + j;
+      const int64_t off = lane.blocks[i / bs] * st.block_stride + i % bs * st.row_stride + it.head_in_lane * st.head_stride;
+      float* x = sc.k_agent + j * dim;
+      O::load_row(st.k, st.dtype, off, dim, 1.f, x);
+      O::add_into(x, t.k[j], dim);
+      if (it.st.keys_before_rope) O::rotate(x, dim, cos_row(it, t.rope[j]), sin_row(it, t.rope[j]));
+    }
+    *residual_bytes += t.n * dim * (st.dtype == ElementType::kFloat32 ? 4 : 2);
     O::transpose(Strided{sc.k_agent, dim}, t.n, dim, sc.kt_agent);
     return sc.kt_agent;
   }
@@ -240,34 +260,32 @@ struct FusedAttention {
     return true;
   }
 
-  // Second half: acc_v = alpha acc_v + P.V and acc_c = alpha acc_c + P.C_v, rescaled
-  // together. Without C rows (a private item) acc_c stays 0: nothing to rescale.
-  static void accumulate(float* rec, const float* p, float alpha, const Tile& t, int64_t dim, const float* cv,
-                         int64_t rank_pad) {
-    float* acc_v = rec + kRecordHeader;
-    O::axpy_rows(acc_v, dim, alpha, p, RowPtrs{t.v}, t.n);
-    if (cv) O::axpy_rows(acc_v + dim, rank_pad, alpha, p, Strided{cv, rank_pad}, t.n);
-  }
-  // The same for two rows of one agent, sharing the loads of V and C.
-  static void accumulate2(float* rec0, float* rec1, const float* p0, const float* p1, float alpha0, float alpha1,
-                          const Tile& t, int64_t dim, const float* cv, int64_t rank_pad) {
-    float* v0 = rec0 + kRecordHeader;
-    float* v1 = rec1 + kRecordHeader;
-    O::axpy_rows2(v0, v1, dim, alpha0, alpha1, p0, p1, RowPtrs{t.v}, t.n);
-    if (cv) O::axpy_rows2(v0 + dim, v1 + dim, rank_pad, alpha0, alpha1, p0, p1, Strided{cv, rank_pad}, t.n);
+  // Second half, for the block's rows together (each V and C row loaded once for all of
+  // them): acc_v = alpha acc_v + P.V and acc_c = alpha acc_c + P.C_v, rescaled together.
+  // Without C rows (a private item) acc_c stays 0: nothing to rescale.
+  static void accumulate(float* const* recs, const float* const* p, const float* alpha, int64_t rows, const Tile& t,
+                         int64_t dim, const float* cv, int64_t rank_pad) {
+    float* acc_v[kScoreRows];
+    for (int64_t r = 0; r < rows; ++r) acc_v[r] = recs[r] + kRecordHeader;
+    O::axpy_multi(acc_v, alpha, p, rows, dim, RowPtrs{t.v}, t.n);
+    if (!cv) return;
+    for (int64_t r = 0; r < rows; ++r) acc_v[r] += dim;
+    O::axpy_multi(acc_v, alpha, p, rows, rank_pad, Strided{cv, rank_pad}, t.n);
   }
 
   // Scores of up to kScoreRows rows of agent a (from row r0) against the tile, then their
-  // online-softmax updates, two rows at a time.
+  // online-softmax updates. A row that sees no key of the tile joins the block with
+  // probabilities 0 and factor 1, which leaves its record as it was.
   static void attend_rows(const Item& it, int64_t a, int64_t r0, int64_t rows, const float* q, const float* kt,
                           const float* cv, const Scratch& sc, const Tile& t) {
     const AgentAttention& ag = it.p.agents[a];
     const AgentRows& ar = it.plan.agent_rows[a];
     const int64_t keys_in_item = it.w.row_end - it.w.row_begin;
     O::scores(q + r0 * it.dim, rows, kt, it.dim, t.keys_pad, sc.s);
-    int64_t live[kScoreRows];
+    float* recs[kScoreRows];
+    const float* probs[kScoreRows];
     float alpha[kScoreRows];
-    int64_t num_live = 0;
+    bool any = false;
     for (int64_t rr = 0; rr < rows; ++rr) {
       const int64_t r = r0 + rr;
       float* s = sc.s + rr * T;
@@ -276,14 +294,16 @@ struct FusedAttention {
         std::memcpy(it.w.raw_scores + (it.row_offset(a) + r) * keys_in_item + (t.row0 - it.w.row_begin), s,
                     sizeof(float) * t.n);
       }
-      if (softmax_step(it.record(a, r), s, t, &alpha[num_live])) live[num_live++] = rr;
+      recs[rr] = it.record(a, r);
+      probs[rr] = s;
+      if (softmax_step(recs[rr], s, t, &alpha[rr])) {
+        any = true;
+      } else {
+        std::memset(s, 0, sizeof(float) * t.n);
+        alpha[rr] = 1.f;
+      }
     }
-    int64_t i = 0;
-    for (; i + 2 <= num_live; i += 2) {
-      accumulate2(it.record(a, r0 + live[i]), it.record(a, r0 + live[i + 1]), sc.s + live[i] * T,
-                  sc.s + live[i + 1] * T, alpha[i], alpha[i + 1], t, it.dim, cv, ar.rank_pad);
-    }
-    if (i < num_live) accumulate(it.record(a, r0 + live[i]), sc.s + live[i] * T, alpha[i], t, it.dim, cv, ar.rank_pad);
+    if (any) accumulate(recs, probs, alpha, rows, t, it.dim, cv, ar.rank_pad);
   }
 
   static void load_queries(const Item& it, const Scratch& sc) {

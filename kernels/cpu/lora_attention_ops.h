@@ -153,38 +153,86 @@ struct Ops {
     }
   }
 
-  // Two rows at once, sharing every load of rows(j): acc0 = alpha0 acc0 + sum_j p0[j] rows(j),
-  // acc1 likewise. width a multiple of kW.
+  // Up to 4 rows at once, sharing every load of rows(j): for r < num_rows,
+  //   acc[r][0..width) = alpha[r] acc[r] + sum_{j<n} p[r][j] rows(j)[0..width).
+  // width a multiple of kW. The register block (kN registers per row, kU sets of
+  // accumulators over alternate keys) keeps at most V::kAccRegs accumulators, and enough of
+  // them that the FMA latency chain of one accumulator never limits the loop (a single chain
+  // over 64 keys ran 4x slower than the FMA units allow).
   template <class Rows>
-  static void axpy_rows2(float* acc0, float* acc1, int64_t width, float alpha0, float alpha1, const float* p0,
-                         const float* p1, const Rows& rows, int64_t n) {
-    constexpr int kN = V::kPairRegs;
-    int64_t d = 0;
-    for (; d + kN * kW <= width; d += kN * kW) axpy2_block<kN>(acc0 + d, acc1 + d, d, alpha0, alpha1, p0, p1, rows, n);
-    for (; d < width; d += kW) axpy2_block<1>(acc0 + d, acc1 + d, d, alpha0, alpha1, p0, p1, rows, n);
-  }
-  template <int N, class Rows>
-  static void axpy2_block(float* acc0, float* acc1, int64_t d0, float alpha0, float alpha1, const float* p0,
-                          const float* p1, const Rows& rows, int64_t n) {
-    R a0[N], a1[N];
-    const R al0 = V::set1(alpha0), al1 = V::set1(alpha1);
-    for (int k = 0; k < N; ++k) {
-      a0[k] = V::mul(V::load(acc0 + k * kW), al0);
-      a1[k] = V::mul(V::load(acc1 + k * kW), al1);
+  static void axpy_multi(float* const* acc, const float* alpha, const float* const* p, int64_t num_rows,
+                         int64_t width, const Rows& rows, int64_t n) {
+    switch (num_rows) {
+      case 4: axpy_multi_rows<4>(acc, alpha, p, width, rows, n); break;
+      case 3: axpy_multi_rows<3>(acc, alpha, p, width, rows, n); break;
+      case 2: axpy_multi_rows<2>(acc, alpha, p, width, rows, n); break;
+      default: axpy_multi_rows<1>(acc, alpha, p, width, rows, n); break;
     }
-    for (int64_t j = 0; j < n; ++j) {
-      const R q0 = V::set1(p0[j]), q1 = V::set1(p1[j]);
-      const float* row = rows(j) + d0;
-      for (int k = 0; k < N; ++k) {
-        const R x = V::load(row + k * kW);
-        a0[k] = V::fma(q0, x, a0[k]);
-        a1[k] = V::fma(q1, x, a1[k]);
+  }
+  template <int kRows, class Rows>
+  static void axpy_multi_rows(float* const* acc, const float* alpha, const float* const* p, int64_t width,
+                              const Rows& rows, int64_t n) {
+    constexpr int kN = widest_block(kRows);
+    int64_t d = 0;
+    for (; d + kN * kW <= width; d += kN * kW) axpy_multi_block<kRows, kN, unroll(kRows, kN)>(acc, d, alpha, p, rows, n);
+    const int64_t rest = (width - d) / kW;  // < kN, a sum of smaller powers of two
+    if constexpr (kN > 4) {
+      if (rest & 4) { axpy_multi_block<kRows, 4, unroll(kRows, 4)>(acc, d, alpha, p, rows, n); d += 4 * kW; }
+    }
+    if constexpr (kN > 2) {
+      if (rest & 2) { axpy_multi_block<kRows, 2, unroll(kRows, 2)>(acc, d, alpha, p, rows, n); d += 2 * kW; }
+    }
+    if constexpr (kN > 1) {
+      if (rest & 1) axpy_multi_block<kRows, 1, unroll(kRows, 1)>(acc, d, alpha, p, rows, n);
+    }
+  }
+  // Registers per row: the largest power of two up to 8 with kRows * kN <= kAccRegs.
+  static constexpr int widest_block(int rows) {
+    int n = 8;
+    while (n > 1 && rows * n > V::kAccRegs) n /= 2;
+    return n;
+  }
+  // Accumulator sets over alternate keys: up to 4 while they fit.
+  static constexpr int unroll(int rows, int regs) {
+    int u = 4;
+    while (u > 1 && rows * regs * u > V::kAccRegs) u /= 2;
+    return u;
+  }
+  template <int kRows, int kN, int kU, class Rows>
+  static void axpy_multi_block(float* const* acc, int64_t d0, const float* alpha, const float* const* p,
+                               const Rows& rows, int64_t n) {
+    R a[kU][kRows][kN];
+    for (int r = 0; r < kRows; ++r) {
+      const R al = V::set1(alpha[r]);
+      for (int k = 0; k < kN; ++k) a[0][r][k] = V::mul(V::load(acc[r] + d0 + k * kW), al);
+    }
+    for (int u = 1; u < kU; ++u)
+      for (int r = 0; r < kRows; ++r)
+        for (int k = 0; k < kN; ++k) a[u][r][k] = V::zero();
+    int64_t j = 0;
+    for (; j + kU <= n; j += kU) {
+      for (int u = 0; u < kU; ++u) {
+        const float* row = rows(j + u) + d0;
+        R x[kN];
+        for (int k = 0; k < kN; ++k) x[k] = V::load(row + k * kW);
+        for (int r = 0; r < kRows; ++r) {
+          const R pj = V::set1(p[r][j + u]);
+          for (int k = 0; k < kN; ++k) a[u][r][k] = V::fma(pj, x[k], a[u][r][k]);
+        }
       }
     }
-    for (int k = 0; k < N; ++k) {
-      V::store(acc0 + k * kW, a0[k]);
-      V::store(acc1 + k * kW, a1[k]);
+    for (; j < n; ++j) {
+      const float* row = rows(j) + d0;
+      for (int r = 0; r < kRows; ++r) {
+        const R pj = V::set1(p[r][j]);
+        for (int k = 0; k < kN; ++k) a[0][r][k] = V::fma(pj, V::load(row + k * kW), a[0][r][k]);
+      }
     }
+    for (int u = 1; u < kU; ++u)
+      for (int r = 0; r < kRows; ++r)
+        for (int k = 0; k < kN; ++k) a[0][r][k] = V::add(a[0][r][k], a[u][r][k]);
+    for (int r = 0; r < kRows; ++r)
+      for (int k = 0; k < kN; ++k) V::store(acc[r] + d0 + k * kW, a[0][r][k]);
   }
 
   // x[j][0..dim) = sum_i c[j * c_stride + i] * b(i)[0..dim) for j < n, four rows per pass

@@ -15,7 +15,7 @@ struct Vec {
   using R = float;
   static constexpr int kW = 1;
   static constexpr int kScoreRegs = 4;  // keys per score block
-  static constexpr int kPairRegs = 8;   // P.V of two rows: 8 floats each per pass
+  static constexpr int kAccRegs = 8;    // P.V and P.C accumulators per pass
   static constexpr int kExpandRegs = 8;
   static constexpr bool kHasTranspose = false;
   static void transpose(const float* const*, int64_t, float*, int64_t) {}

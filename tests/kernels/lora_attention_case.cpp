@@ -35,7 +35,7 @@ std::string CaseSpec::describe() const {
      << (compact_rope ? ", compact RoPE" : "") << (random_query_positions ? ", random query positions" : "")
      << ", window " << window << ", mass " << static_cast<int>(mass) << ", agents [";
   for (const AgentSpec& a : agents) {
-    os << " {q " << a.num_queries << " v" << a.v_rank << " k" << a.k_rank << " priv " << a.private_rows << " base "
+    os << " {q " << a.num_queries << " v" << a.v_rank << " k" << a.k_rank << (a.k_as_delta ? "(delta)" : "") << " priv " << a.private_rows << " base "
        << a.base << (a.shares_a_with >= 0 ? " sharesA " + std::to_string(a.shares_a_with) : "") << "}";
   }
   return os.str() + " ]";
@@ -82,6 +82,7 @@ LoraAttentionCase::LoraAttentionCase(CaseSpec spec) : spec_(std::move(spec)) {
   k_res_.resize(static_cast<size_t>(num_agents));
   b_v_.resize(static_cast<size_t>(num_agents));
   b_k_.resize(static_cast<size_t>(num_agents));
+  k_delta_.resize(static_cast<size_t>(num_agents));
   for (int64_t a = 0; a < num_agents; ++a) build_agent(a);
   make_outputs();
 }
@@ -235,6 +236,10 @@ void LoraAttentionCase::build_agent(int64_t a) {
   };
   stream(as.v_rank, v_res_, b_v_, ag.v);
   stream(as.k_rank, k_res_, b_k_, ag.k);
+  if (as.k_rank > 0 && as.k_as_delta) {
+    store_key_deltas(a, ag.k_delta);
+    ag.k = {};
+  }
   if (as.private_rows > 0) {
     Pool& pool = *base_pool_[as.base];
     std::vector<int64_t> counts;
@@ -244,6 +249,42 @@ void LoraAttentionCase::build_agent(int64_t a) {
     ag.private_rows = {&pool.view, lanes.data(), hpl_};
   }
   agents_.push_back(ag);
+}
+
+// The agent's K-LoRA as stored full-width deltas: C_k B_k per KV head, rotated to each row's
+// RoPE position unless the base keys are stored before RoPE, rounded to the storage dtype, in
+// a pool of their own with the base pools' row layout [hpl, D].
+void LoraAttentionCase::store_key_deltas(int64_t a, k::KeyDelta& view) {
+  const AgentSpec& as = spec_.agents[a];
+  const std::vector<LaneData>& shared = shared_data_[as.base];
+  std::vector<int64_t> counts;
+  int64_t blocks = 2;
+  for (const LaneData& d : shared) {
+    counts.push_back(d.positions.size(0));
+    blocks += blocks_for(counts.back(), spec_.block_size);
+  }
+  Pool& pool = new_pool(false, blocks, spec_.block_size, {hpl_, spec_.dim});
+  pool.view.head_stride = spec_.dim;
+  std::vector<k::LaneRows>& lanes = place(pool, counts);
+  k_delta_[a].clear();
+  for (size_t l = 0; l < counts.size(); ++l) {
+    std::vector<at::Tensor> heads;
+    for (int64_t i = 0; i < hpl_; ++i) {
+      const at::Tensor c = spec_.per_head_residual ? k_res_[a].c[l].select(1, i) : k_res_[a].c[l];  // [N, r]
+      at::Tensor d = at::matmul(c.to(at::kDouble), b_k_[a][static_cast<int64_t>(l) * hpl_ + i].to(at::kDouble));
+      if (!spec_.keys_before_rope && counts[l] > 0) {
+        d = reference::rope_rows(d, shared[l].rope_positions, rope_cos_, rope_sin_);
+      }
+      heads.push_back(d);
+    }
+    const at::Tensor delta = rounded(at::stack(heads, 1).to(at::kFloat), spec_.storage);  // [N, hpl, D]
+    std::vector<int64_t> slots;
+    for (int64_t i = 0; i < counts[l]; ++i) slots.push_back(lanes[l].blocks[i / spec_.block_size] * spec_.block_size + i % spec_.block_size);
+    pool.k.view({-1, hpl_, spec_.dim}).index_put_({at::tensor(slots, at::kLong)}, delta.to(pool.k.scalar_type()));
+    k_delta_[a].push_back(delta);
+  }
+  view.storage = &pool.view;
+  view.lanes = lanes.data();
 }
 
 int64_t LoraAttentionCase::shared_rows(int64_t base, int64_t kv_head) const {
@@ -356,7 +397,9 @@ reference::LoraRefAgent LoraAttentionCase::reference_input(int64_t a) const {
       shared.c_v = c_of(v_res_[a], lane, hil);
       shared.b_v = b_v_[a][h];
     }
-    if (as.k_rank > 0) {
+    if (as.k_rank > 0 && as.k_as_delta) {
+      shared.k_delta = k_delta_[a][lane].select(1, hil);
+    } else if (as.k_rank > 0) {
       shared.c_k = c_of(k_res_[a], lane, hil);
       shared.b_k = b_k_[a][h];
     }

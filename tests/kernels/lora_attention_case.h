@@ -21,6 +21,7 @@ struct AgentSpec {
   int64_t num_queries = 1;
   int64_t v_rank = 0;  // 0: no v adapter
   int64_t k_rank = 0;  // 0: no K-LoRA
+  bool k_as_delta = false;  // with k_rank: the kernel reads stored full-width deltas of C_k B_k instead
   int shares_a_with = -1;    // an earlier agent of the same base whose C rows it reads (shared A), own B
   int64_t private_rows = 0;  // positions after the shared context, full width, its own
   int64_t base = 0;
@@ -104,6 +105,7 @@ class LoraAttentionCase {
   Residual draw_residual(int64_t base, int64_t rank);
   at::Tensor draw_b(int64_t rank);
   void build_agent(int64_t a);
+  void store_key_deltas(int64_t a, kernels::KeyDelta& view);
   void make_outputs();
   void reset_outputs();
 
@@ -118,6 +120,7 @@ class LoraAttentionCase {
   std::vector<std::vector<kernels::LaneRows>*> shared_lanes_;
   std::vector<std::vector<LaneData>> private_data_;  // per agent, per lane
   std::vector<Residual> v_res_, k_res_;              // per agent
+  std::vector<std::vector<at::Tensor>> k_delta_;     // per agent (k_as_delta), per lane: float [N, hpl, D] as stored
   std::vector<at::Tensor> b_v_, b_k_;                // per agent, float [kv_heads, r, D]
   std::vector<at::Tensor> q_, q_positions_, outs_, lses_, shared_mass_, private_mass_;
   std::vector<kernels::SharedBase> bases_;

@@ -105,6 +105,25 @@ TEST(LoraAttentionErrors, ResidualRowsOrPositionsMissing) {
       "base 0 shared rows: storage pointers missing");
 }
 
+TEST(LoraAttentionErrors, KeyDeltasThatDoNotFit) {
+  // Agent 1 has no K adapter; the base pool's layout is a valid delta layout.
+  auto delta_on_base = [](LoraAttentionCase& c, int64_t rows_off) {
+    const kernels::PagedRows& rows = c.bases()[0].rows;
+    auto& lanes = editable(rows.lanes, 1);
+    lanes[0].num_rows -= rows_off;
+    c.agents()[1].k_delta = {rows.storage, lanes.data()};
+  };
+  expect_refusal([&](auto& c, auto&) { delta_on_base(c, 1); }, "agent 1's key deltas lane 0 has 39 key delta rows for 40");
+  expect_refusal(
+      [&](auto& c, auto&) {
+        delta_on_base(c, 0);
+        c.agents()[1].k_delta.lanes = nullptr;
+      },
+      "agent 1's key deltas: key delta rows are missing");
+  expect_refusal([](auto& c, auto&) { c.agents()[0].k_delta = {c.bases()[0].rows.storage, c.bases()[0].rows.lanes}; },
+                 "agent 0's key deltas: a k residual and stored key deltas at once");
+}
+
 TEST(LoraAttentionErrors, BlockIdsOutsideThePool) {
   expect_refusal(
       [](auto& c, auto&) {

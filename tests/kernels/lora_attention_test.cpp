@@ -160,6 +160,35 @@ TEST(LoraAttention, KeysStoredBeforeRopeRotatedToCompactPositions) {
   expect_matches_on_every_path(s);
 }
 
+AgentSpec delta_agent(int64_t queries, int64_t v_rank, int64_t k_rank, int64_t private_rows = 0) {
+  AgentSpec a = agent(queries, v_rank, k_rank, private_rows);
+  a.k_as_delta = true;
+  return a;
+}
+
+TEST(LoraAttention, StoredFullWidthKeyDeltas) {
+  // The alternative to expanding C_k B_k per tile: each agent's deltas stored at full width,
+  // added to the base keys (after RoPE), or added and then rotated (keys before RoPE), beside
+  // agents on the expansion path and one without a K adapter, with gaps and per-head lanes.
+  CaseSpec s;
+  s.seed = 75;
+  s.context = 150;
+  s.agents = {delta_agent(2, 8, 8, 4), agent(1, 8, 8), delta_agent(1, 0, 16), agent(1, 0, 0, 3)};
+  expect_matches_on_every_path(s);
+  s.seed = 76;
+  s.keys_before_rope = true;
+  s.evicted = true;
+  s.compact_rope = true;
+  expect_matches_on_every_path(s);
+  s.seed = 77;
+  s.keys_before_rope = false;
+  s.heads = 6;
+  s.kv_heads = 3;
+  s.heads_per_lane = 1;
+  s.storage = ElementType::kBFloat16;
+  expect_matches_on_every_path(s);
+}
+
 TEST(LoraAttention, SlidingWindow) {
   CaseSpec s;
   s.seed = 80;

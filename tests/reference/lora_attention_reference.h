@@ -21,6 +21,7 @@ struct LoraRefRows {
   bool keys_before_rope = false;
   at::Tensor c_v, b_v;  // [N, r_v] and [r_v, D] (scale folded in), or undefined
   at::Tensor c_k, b_k;  // [N, r_k] and [r_k, D], C_k before RoPE, or undefined
+  at::Tensor k_delta;   // [N, D] stored key deltas (after RoPE, or before it with keys_before_rope), or undefined
 };
 
 struct LoraRefAgent {
@@ -54,6 +55,10 @@ inline std::pair<at::Tensor, at::Tensor> effective_rows(const LoraRefRows& r, co
   if (r.c_v.defined()) v = v + at::matmul(r.c_v.to(at::kDouble), r.b_v.to(at::kDouble));
   at::Tensor delta = r.c_k.defined() ? at::matmul(r.c_k.to(at::kDouble), r.b_k.to(at::kDouble)) : at::zeros_like(k);
   if (k.size(0) == 0) return {k, v};
+  if (r.k_delta.defined()) {
+    k = k + r.k_delta.to(at::kDouble);
+    return {r.keys_before_rope ? rope_rows(k, r.rope_positions, cos, sin) : k, v};
+  }
   if (r.keys_before_rope) {
     k = rope_rows(k + delta, r.rope_positions, cos, sin);
   } else if (r.c_k.defined()) {
