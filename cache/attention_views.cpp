@@ -1,0 +1,143 @@
+// cache/attention_views.cpp: kernel views over the pools' tensors; only block ids are copied.
+#include "cache/attention_views.h"
+
+#include <limits>
+#include <sstream>
+
+#include "common/errors.h"
+
+namespace lorakv::cache {
+
+namespace {
+
+kernels::ElementType element_type_of(StorageDtype dtype) {
+  switch (dtype) {
+    case StorageDtype::kFloat32: return kernels::ElementType::kFloat32;
+    case StorageDtype::kBFloat16: return kernels::ElementType::kBFloat16;
+    case StorageDtype::kInt8: break;
+  }
+  throw InvalidArgumentError("attention views: int8 pools need per-row scales, which the views do not carry yet");
+}
+
+void check_sequence_and_layer(const PagedKvCache& cache, SeqId seq, int64_t layer, const char* op) {
+  LORAKV_CHECK(cache.manager().has_sequence(seq), InvalidArgumentError,
+               op << ": unknown sequence " << seq.value());
+  const int64_t layers = cache.layout().num_layers;
+  LORAKV_CHECK(layer >= 0 && layer < layers, InvalidArgumentError,
+               op << ": layer " << layer << " outside 0.." << layers - 1);
+}
+
+// The kernel reads raw host pointers; a pool elsewhere must not hand it device addresses.
+void check_on_cpu(const at::Tensor& rows, int32_t pool, const char* op) {
+  LORAKV_CHECK(rows.device().is_cpu(), InvalidArgumentError,
+               op << ": pool " << pool << " lives on " << rows.device()
+                  << "; the fused attention reads CPU pools only (device views come with the CUDA kernel)");
+}
+
+// Storage of a pool tensor [num_blocks, block_size, ...row], strides taken from the tensor.
+kernels::PagedStorage storage_of(const at::Tensor& rows, StorageDtype dtype, int64_t head_stride) {
+  LORAKV_ASSERT(rows.is_contiguous(), "block pool rows must be contiguous");
+  // Block tables are int32 in the kernel: every id of the pool must fit.
+  LORAKV_CHECK(rows.size(0) <= std::numeric_limits<int32_t>::max(), InvalidArgumentError,
+               "attention views: a pool of " << rows.size(0) << " blocks cannot be addressed by int32 block ids");
+  kernels::PagedStorage s;
+  s.k = rows.data_ptr();
+  s.dtype = element_type_of(dtype);
+  s.num_blocks = rows.size(0);
+  s.block_size = rows.size(1);
+  s.block_stride = rows.stride(0);
+  s.row_stride = rows.stride(1);
+  s.head_stride = head_stride;
+  return s;
+}
+
+kernels::LaneRows add_lane(detail::PagedLanes& out, const BlockTable& table) {
+  std::vector<int32_t>& ids = out.tables.emplace_back();
+  ids.reserve(table.blocks.size());
+  for (BlockId b : table.blocks) ids.push_back(static_cast<int32_t>(b.value()));
+  return {nullptr, table.num_rows};  // blocks set once `tables` stops growing
+}
+
+void point_lanes_at_tables(detail::PagedLanes& out) {
+  for (size_t g = 0; g < out.lanes.size(); ++g) out.lanes[g].blocks = out.tables[g].data();
+}
+
+const ResidualStream& find_stream(const PagedKvCache& cache, SeqId seq, const ContentKey& key, const char* op) {
+  for (const ResidualStream& r : cache.manager().sequence(seq).residuals) {
+    if (r.key == key) return r;
+  }
+  std::ostringstream os;
+  os << op << ": sequence " << seq.value() << " has no residual stream ("
+     << (key.kind == StreamKind::kResidualK ? "k" : key.kind == StreamKind::kResidualV ? "v" : "base") << ", "
+     << key.adapter << ")";
+  throw InvalidArgumentError(os.str());
+}
+
+}  // namespace
+
+BaseLayerView BaseLayerView::of(const PagedKvCache& cache, SeqId seq, int64_t layer) {
+  const char* op = "BaseLayerView::of";
+  check_sequence_and_layer(cache, seq, layer, op);
+  const CacheLayout& l = cache.layout();
+  const BlockPool& pool = cache.pool(0);
+  check_on_cpu(pool.a(), 0, op);
+  auto out = std::make_unique<detail::PagedLanes>();
+  // k: [num_blocks, block_size, heads_per_group, head_dim]; V alike; positions int32 [num_blocks, block_size].
+  out->storage = storage_of(pool.a(), pool.spec().dtype, pool.a().stride(2));
+  LORAKV_ASSERT(pool.b().strides() == pool.a().strides() && pool.positions().is_contiguous(),
+                "base pool tensors out of step");
+  out->storage.v = pool.b().data_ptr();
+  out->storage.positions = pool.positions().data_ptr<int32_t>();
+  const SequenceState& s = cache.manager().sequence(seq);
+  for (int64_t g = 0; g < l.num_groups(); ++g) {
+    out->lanes.push_back(add_lane(*out, s.lanes.at(static_cast<size_t>(l.lane(layer, g))).table));
+  }
+  point_lanes_at_tables(*out);
+  return BaseLayerView(std::move(out), l.heads_per_group);
+}
+
+kernels::PagedRows BaseLayerView::rows() const {
+  return {&lanes_->storage, lanes_->lanes.data(), heads_per_lane_};
+}
+
+ResidualLayerView ResidualLayerView::of(const PagedKvCache& cache, SeqId seq, const ContentKey& stream,
+                                        int64_t layer) {
+  const char* op = "ResidualLayerView::of";
+  check_sequence_and_layer(cache, seq, layer, op);
+  const ResidualStream& r = find_stream(cache, seq, stream, op);
+  const int64_t rank = r.ranks.at(static_cast<size_t>(layer));
+  if (rank == 0) return ResidualLayerView(nullptr, 0);
+  const int32_t pool_id = r.pools.at(static_cast<size_t>(layer));
+  const BlockPool& pool = cache.pool(pool_id);
+  check_on_cpu(pool.a(), pool_id, op);
+  auto out = std::make_unique<detail::PagedLanes>();
+  // C: [num_blocks, block_size, rank]; head_stride 0: one C per row for all KV heads of a lane.
+  out->storage = storage_of(pool.a(), pool.spec().dtype, 0);
+  const CacheLayout& l = cache.layout();
+  const SequenceState& s = cache.manager().sequence(seq);
+  for (int64_t g = 0; g < l.num_groups(); ++g) {
+    const auto lane = static_cast<size_t>(l.lane(layer, g));
+    const int64_t base_rows = s.lanes.at(lane).table.num_rows, rows = r.lanes.at(lane).num_rows;
+    LORAKV_CHECK(rows == base_rows, InvalidArgumentError,
+                 op << ": the stream holds C rows for " << rows << " of the " << base_rows << " base rows of layer "
+                    << layer << ", head group " << g << " (covers positions below " << r.covered
+                    << "); append its rows before attending");
+    out->lanes.push_back(add_lane(*out, r.lanes.at(lane)));
+  }
+  point_lanes_at_tables(*out);
+  return ResidualLayerView(std::move(out), rank);
+}
+
+kernels::LowRankStream ResidualLayerView::stream(const float* b, int64_t b_head_stride, int64_t b_rank_stride) const {
+  kernels::LowRankStream s;
+  if (rank_ == 0) return s;
+  s.rank = rank_;
+  s.c_storage = &lanes_->storage;
+  s.c_lanes = lanes_->lanes.data();
+  s.b = b;
+  s.b_head_stride = b_head_stride;
+  s.b_rank_stride = b_rank_stride;
+  return s;
+}
+
+}  // namespace lorakv::cache
