@@ -1,6 +1,6 @@
 # lorakv: the two commands. Each sets up a fresh machine (Debian packages, Python env with
 # the pinned libtorch, the model), then builds and runs.
-.PHONY: demo test build tsan fuzz clean
+.PHONY: demo test build bench tsan fuzz clean
 
 demo:
 	bash tools/demo.sh
@@ -10,6 +10,11 @@ test:
 
 build:
 	bash tools/build.sh
+
+# The fused-attention benchmark (outside `make test`; LORAKV_BENCH_ARGS passes options,
+# e.g. --quick). Run it on an idle machine.
+bench:
+	bash tools/bench.sh
 
 # ThreadSanitizer build of the common, formats and cache tests and the adapter registry's
 # tests (outside `make test`; its own build folder build-tsan/).

@@ -7,18 +7,24 @@
 //   sdpa_rebuild   (c') each agent's V (and K with K-LoRA) materialised from base + C.B, then SDPA
 //   fused_mass     (a) plus the attention-mass output
 //   fused_klora    (a) with K-LoRA (C_k B_k expanded and rotated per tile) at the same rank
+//   fused_kdelta   (a) with each agent's K delta stored at full width instead of expanded
 //   fused_prerope  (a) with base keys stored before RoPE, rotated on chip
 //   fused_base / sdpa_base (d), one agent without adapter: the kernel and SDPA on the same rows
 // The KV footprint is cycled over enough layers' buffers to exceed the last-level cache, so
-// the figures are memory-bound as in a real step. It measures the machine's streaming-read
-// bandwidth and a GEMM's FLOP/s (the practical peak) and reports each variant against them.
-// Prints the machine and the vector path; writes CSV and, with the project's Python and
-// matplotlib, a PNG (default <build>/bench_results/lora_attention.{csv,png}). Run it on an
-// idle machine: other load changes every figure.
+// the figures are memory-bound as in a real step (each variant cycles its own buffers: N full
+// caches or stored deltas fit fewer layers in the same footprint). Every variant of a
+// configuration is timed in each of --reps repetitions, in an order rotated per repetition,
+// and the median repetition is reported (the CSV has the fastest and slowest too). It
+// measures the machine's streaming-read bandwidth and a GEMM's FLOP/s (the practical peak)
+// and reports each variant against them. Prints the machine and the vector path; writes CSV
+// and, with the benchmark environment's matplotlib (tools/setup_python.sh bench), a PNG
+// (default <build>/bench_results/lora_attention.{csv,png}). Run it on an idle machine: other
+// load changes every figure.
 //
 // usage: lorakv_lora_attention_bench [--quick] [--shapes smol,llama] [--dtypes f32,bf16]
 //        [--modes decode,prefill] [--contexts 512,1024,...] [--agents 1,8] [--ranks 8,64]
-//        [--footprint-mb N] [--min-seconds S] [--threads N] [--csv FILE] [--png FILE] [--python PY]
+//        [--variants fused,sdpa_full,...] [--reps N] [--footprint-mb N] [--min-seconds S]
+//        [--threads N] [--csv FILE] [--png FILE] [--python PY]
 // --quick is a smoke run (one small configuration, calibration cut short): it shows the
 // bench works, its figures are not measurements.
 #include <ATen/ATen.h>
@@ -62,12 +68,14 @@ struct Options {
   std::vector<int64_t> agents{1, 8};
   std::vector<int64_t> ranks{8, 64};
   int64_t footprint_mb = 0;  // 0: 4x the last-level cache, at least 256 MiB, at most 2 GiB
-  double min_seconds = 0.3;
+  double min_seconds = 0.3;  // per variant and configuration, over all repetitions
+  int reps = 5;
+  std::vector<std::string> variants;  // empty: all
   bool quick = false;
   int64_t threads = 0;
   std::string csv = std::string(LORAKV_BENCH_RESULTS_DIR) + "/lora_attention.csv";
   std::string png = std::string(LORAKV_BENCH_RESULTS_DIR) + "/lora_attention.png";
-  std::string python = std::string(LORAKV_BENCH_SOURCE_DIR) + "/.venv/bin/python";
+  std::string python = std::string(LORAKV_BENCH_SOURCE_DIR) + "/.venv-bench/bin/python";
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -99,6 +107,7 @@ Options parse(int argc, char** argv) {
       o.ranks = {8};
       o.footprint_mb = 16;
       o.min_seconds = 0.02;
+      o.reps = 2;
       o.quick = true;
     } else if (a == "--shapes") {
       std::vector<Shape> all = o.shapes, chosen;
@@ -123,6 +132,10 @@ Options parse(int argc, char** argv) {
       o.footprint_mb = std::stoll(next());
     } else if (a == "--min-seconds") {
       o.min_seconds = std::stod(next());
+    } else if (a == "--reps") {
+      o.reps = std::max(1, std::stoi(next()));
+    } else if (a == "--variants") {
+      o.variants = split(next());
     } else if (a == "--threads") {
       o.threads = std::stoll(next());
     } else if (a == "--csv") {
@@ -157,18 +170,46 @@ double seconds_of(Fn&& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Mean seconds per call of fn(layer), cycling the layers, after 2 warm-up calls: at least
-// 2 calls and min_seconds, and one full cycle of the layers unless that takes 10x longer.
-double time_per_call(const std::function<void(int64_t)>& fn, int64_t layers, double min_seconds) {
-  fn(0);
-  fn(layers > 1 ? 1 : 0);
-  int64_t calls = 0;
-  double total = 0;
-  while (calls < 2 || total < min_seconds || (calls < layers && total < 10 * min_seconds)) {
-    total += seconds_of([&] { fn(calls % layers); });
-    ++calls;
+// One side of a comparison: fn(layer) runs one layer's call; each variant cycles its own
+// layers (as many as fit its footprint) so every call reads memory, not cache.
+struct Variant {
+  std::string name;
+  int64_t layers = 1;
+  std::function<void(int64_t)> fn;
+  double bytes = 0, flops = 0;  // per call; fused variants fill bytes from the kernel's stats
+  int64_t next_layer = 0, calls_per_rep = 1;
+  std::vector<double> per_call;  // seconds, one per repetition
+  void call() {
+    fn(next_layer);
+    next_layer = (next_layer + 1) % layers;
   }
-  return total / static_cast<double>(calls);
+};
+
+// Times every variant `reps` times, in an order rotated by one per repetition, so drift in
+// the machine's load falls on all sides alike; each repetition of a variant runs enough calls
+// for about min_seconds / reps. The figure reported is the median repetition.
+void time_alternating(std::vector<Variant>& vs, double min_seconds, int reps) {
+  for (Variant& v : vs) {
+    v.call();  // warm-up: scratch, thread pool, first touch
+    const double t = seconds_of([&] { v.call(); });
+    v.calls_per_rep = std::max<int64_t>(1, static_cast<int64_t>(min_seconds / reps / std::max(t, 1e-7)));
+  }
+  const size_t n = vs.size();
+  for (int rep = 0; rep < reps; ++rep) {
+    for (size_t k = 0; k < n; ++k) {
+      Variant& v = vs[(static_cast<size_t>(rep) + k) % n];
+      const double total = seconds_of([&] {
+        for (int64_t c = 0; c < v.calls_per_rep; ++c) v.call();
+      });
+      v.per_call.push_back(total / static_cast<double>(v.calls_per_rep));
+    }
+  }
+}
+
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  const size_t m = x.size() / 2;
+  return x.size() % 2 ? x[m] : 0.5 * (x[m - 1] + x[m]);
 }
 
 // Streaming read: at::sum over a buffer of `bytes`, best of `repeats`.
@@ -207,6 +248,8 @@ struct Layer {
   std::vector<at::Tensor> c;            // per agent [blocks, 16, rank] (used for v and, with K-LoRA, k)
   std::vector<kernels::PagedStorage> c_storage;
   std::vector<kernels::LaneRows> c_lane;
+  std::vector<at::Tensor> kd;  // per agent [blocks, 16, kv_heads, dim]: stored K deltas (first sdpa_layers layers)
+  std::vector<kernels::PagedStorage> kd_storage;
 };
 
 struct Bench {
@@ -276,6 +319,22 @@ struct Bench {
     }
   }
 
+  void build_key_deltas() {  // the stored-delta alternative to K-LoRA, in as many layers as (c)
+    const Shape& s = cfg.shape;
+    for (int64_t l = 0; l < sdpa_layers; ++l) {
+      Layer& L = data[static_cast<size_t>(l)];
+      L.kd_storage.reserve(static_cast<size_t>(cfg.agents));
+      for (int64_t a = 0; a < cfg.agents; ++a) {
+        L.kd.push_back(at::randn({blocks(), kBlock, s.kv_heads, s.dim}, at::TensorOptions().dtype(scalar(cfg.dtype))) * 0.1);
+        kernels::PagedStorage st = L.base;
+        st.k = L.kd.back().data_ptr();
+        st.v = nullptr;
+        st.positions = nullptr;
+        L.kd_storage.push_back(st);
+      }
+    }
+  }
+
   // [1, kv_heads, context, D] view of a pool's rows.
   at::Tensor dense(const at::Tensor& pool) const {
     return pool.view({-1, cfg.shape.kv_heads, cfg.shape.dim}).narrow(0, 0, cfg.context).permute({1, 0, 2}).unsqueeze(0);
@@ -300,7 +359,7 @@ struct Bench {
     kernels::LoraAttentionParams params;
   };
   Call call(int64_t l, int64_t first, int64_t count, bool adapters, bool k_lora, bool prerope,
-            kernels::AttentionMass mass_mode) {
+            kernels::AttentionMass mass_mode, bool k_delta = false) {
     Call c;
     Layer& L = data[l];
     const Shape& s = cfg.shape;
@@ -315,6 +374,7 @@ struct Bench {
       const kernels::LowRankStream stream{cfg.rank, &L.c_storage[a], &L.c_lane[a], b[a].data_ptr<float>(), cfg.rank * s.dim, s.dim};
       if (adapters) ag.v = stream;
       if (k_lora) ag.k = stream;
+      if (k_delta) ag.k_delta = {&L.kd_storage[static_cast<size_t>(a)], &L.lane};
       ag.out = out[a].data_ptr();
       ag.out_dtype = cfg.dtype;
       ag.out_row_stride = s.heads * s.dim;
@@ -356,7 +416,7 @@ struct Bench {
 struct Row {
   Config cfg;
   std::string variant;
-  double seconds = 0;
+  double seconds = 0, min_seconds = 0, max_seconds = 0;  // median, fastest and slowest repetition
   double bytes = 0, flops = 0;
 };
 
@@ -371,73 +431,83 @@ double flops_of(const Config& c, int64_t agents, bool adapters, bool k_lora) {
   return f;
 }
 
-std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_seconds) {
+std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_seconds, int reps,
+                              const std::vector<std::string>& only) {
   Bench bn;
   bn.cfg = cfg;
   bn.build(footprint);
-  std::vector<Row> rows;
+  bn.build_full_caches();
+  bn.build_key_deltas();
   const int64_t n = cfg.agents;
-  auto add = [&](const std::string& variant, double seconds, double bytes, double flops) {
-    rows.push_back({cfg, variant, seconds, bytes, flops});
-  };
-  auto fused = [&](const std::string& variant, bool adapters, bool k_lora, bool prerope, kernels::AttentionMass mass) {
-    kernels::LoraAttentionStats st;
-    const double t = time_per_call(
-        [&](int64_t l) {
-          Bench::Call c = bn.call(l, 0, n, adapters, k_lora, prerope, mass);
-          Bench::run(c, &st);
-        },
-        bn.layers, min_seconds);
-    add(variant, t, double(st.base_bytes_read + st.residual_bytes_read + st.mass_bytes_read), flops_of(cfg, n, adapters, k_lora));
+  std::vector<Variant> vs;
+  std::deque<kernels::LoraAttentionStats> stats;  // one per fused variant, addresses stable
+  std::map<std::string, kernels::LoraAttentionStats*> stats_of;
+  using Mass = kernels::AttentionMass;
+  auto fused = [&](const std::string& name, bool adapters, bool k_lora, bool prerope, Mass mass, bool k_delta,
+                   int64_t layers) {
+    kernels::LoraAttentionStats* st = &stats.emplace_back();
+    stats_of[name] = st;
+    vs.push_back({name, layers, [&bn, st, n, adapters, k_lora, prerope, mass, k_delta](int64_t l) {
+                    Bench::Call c = bn.call(l, 0, n, adapters, k_lora, prerope, mass, k_delta);
+                    Bench::run(c, st);
+                  },
+                  0, flops_of(cfg, n, adapters, k_lora || k_delta)});
   };
   if (n == 1) {  // (d): no adapter, the kernel against SDPA on the same rows
-    fused("fused_base", false, false, false, kernels::AttentionMass::kNone);
-    const double t = time_per_call([&](int64_t l) { (void)bn.sdpa(0, bn.dense(bn.data[l].k), bn.dense(bn.data[l].v)); },
-                                   bn.layers, min_seconds);
-    add("sdpa_base", t, double(bn.layer_bytes()), flops_of(cfg, 1, false, false));
+    fused("fused_base", false, false, false, Mass::kNone, false, bn.layers);
+    vs.push_back({"sdpa_base", bn.layers, [&bn](int64_t l) { (void)bn.sdpa(0, bn.dense(bn.data[l].k), bn.dense(bn.data[l].v)); },
+                  double(bn.layer_bytes()), flops_of(cfg, 1, false, false)});
   }
-  fused("fused", true, false, false, kernels::AttentionMass::kNone);
-  fused("fused_mass", true, false, false, kernels::AttentionMass::kSumOverAgents);
-  fused("fused_klora", true, true, false, kernels::AttentionMass::kNone);
-  fused("fused_prerope", true, false, true, kernels::AttentionMass::kNone);
+  fused("fused", true, false, false, Mass::kNone, false, bn.layers);
+  fused("fused_mass", true, false, false, Mass::kSumOverAgents, false, bn.layers);
+  fused("fused_klora", true, true, false, Mass::kNone, false, bn.layers);
+  fused("fused_kdelta", true, false, false, Mass::kNone, true, bn.sdpa_layers);
+  fused("fused_prerope", true, false, true, Mass::kNone, false, bn.layers);
+  double each_bytes = 0;
   if (n > 1) {
-    kernels::LoraAttentionStats st;
-    double bytes = 0;
-    const double t = time_per_call(
-        [&](int64_t l) {
-          bytes = 0;
-          for (int64_t a = 0; a < n; ++a) {
-            Bench::Call c = bn.call(l, a, 1, true, false, false, kernels::AttentionMass::kNone);
-            c.base.first_agent = 0;
-            Bench::run(c, &st);
-            bytes += double(st.base_bytes_read + st.residual_bytes_read);
-          }
-        },
-        bn.layers, min_seconds);
-    add("fused_each", t, bytes, flops_of(cfg, n, true, false));
+    kernels::LoraAttentionStats* st = &stats.emplace_back();
+    vs.push_back({"fused_each", bn.layers, [&bn, st, n, &each_bytes](int64_t l) {
+                    each_bytes = 0;
+                    for (int64_t a = 0; a < n; ++a) {
+                      Bench::Call c = bn.call(l, a, 1, true, false, false, Mass::kNone);
+                      c.base.first_agent = 0;
+                      Bench::run(c, st);
+                      each_bytes += double(st->base_bytes_read + st->residual_bytes_read);
+                    }
+                  },
+                  0, flops_of(cfg, n, true, false)});
   }
-  {
-    const double t = time_per_call(
-        [&](int64_t l) {
-          for (int64_t a = 0; a < n; ++a) (void)bn.sdpa(a, bn.rebuilt_k(l, a), bn.rebuilt_v(l, a));
-        },
-        bn.layers, min_seconds);
-    add("sdpa_rebuild", t, double(bn.layer_bytes()), flops_of(cfg, n, false, false));
+  vs.push_back({"sdpa_rebuild", bn.layers, [&bn, n](int64_t l) {
+                  for (int64_t a = 0; a < n; ++a) (void)bn.sdpa(a, bn.rebuilt_k(l, a), bn.rebuilt_v(l, a));
+                },
+                double(bn.layer_bytes()), flops_of(cfg, n, false, false)});
+  vs.push_back({"sdpa_full", bn.sdpa_layers, [&bn, n](int64_t l) {
+                  for (int64_t a = 0; a < n; ++a) (void)bn.sdpa(a, bn.full_k[l][a], bn.full_v[l][a]);
+                },
+                double(n * bn.layer_bytes()), flops_of(cfg, n, false, false)});
+  if (!only.empty()) {
+    vs.erase(std::remove_if(vs.begin(), vs.end(),
+                            [&](const Variant& v) { return std::find(only.begin(), only.end(), v.name) == only.end(); }),
+             vs.end());
   }
-  bn.data.resize(static_cast<size_t>(bn.sdpa_layers));  // room for N full caches in the same footprint
-  bn.layers = bn.sdpa_layers;
-  bn.build_full_caches();
-  const double t = time_per_call(
-      [&](int64_t l) {
-        for (int64_t a = 0; a < n; ++a) (void)bn.sdpa(a, bn.full_k[l][a], bn.full_v[l][a]);
-      },
-      bn.sdpa_layers, min_seconds);
-  add("sdpa_full", t, double(n * bn.layer_bytes()), flops_of(cfg, n, false, false));
+  time_alternating(vs, min_seconds, reps);
+  std::vector<Row> rows;
+  for (Variant& v : vs) {
+    if (v.name == "fused_each") v.bytes = each_bytes;
+    if (stats_of.count(v.name)) {
+      const kernels::LoraAttentionStats& st = *stats_of[v.name];
+      v.bytes = double(st.base_bytes_read + st.residual_bytes_read + st.mass_bytes_read);
+    }
+    rows.push_back({cfg, v.name, median(v.per_call), *std::min_element(v.per_call.begin(), v.per_call.end()),
+                    *std::max_element(v.per_call.begin(), v.per_call.end()), v.bytes, v.flops});
+  }
   return rows;
 }
 
-// The plot: per shape, mode and dtype, microseconds per call against context, one line per
-// variant and agent count (the first rank only, so the figure stays readable).
+// The plot, one column per shape, mode and dtype (the first rank only, so it stays readable):
+// top, microseconds per call against context for the main comparisons (solid: 8 agents or
+// the most benchmarked, dashed: 1 agent); bottom, what each option costs against plain
+// fused at the same agents (mass, K-LoRA, stored K deltas, keys before RoPE).
 const char* kPlotScript = R"PY(
 import csv, sys
 import matplotlib
@@ -445,29 +515,47 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 rows = list(csv.DictReader(open(sys.argv[1])))
 rank = min(int(r["rank"]) for r in rows)
+rows = [r for r in rows if int(r["rank"]) == rank]
 panels = sorted({(r["shape"], r["mode"], r["dtype"]) for r in rows})
-fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
-for ax, panel in zip(axes[0], panels):
-    lines = {}
-    for r in rows:
-        if (r["shape"], r["mode"], r["dtype"]) != panel or int(r["rank"]) != rank:
-            continue
-        lines.setdefault((r["variant"], r["agents"]), []).append((int(r["context"]), float(r["us_per_call"])))
-    for (variant, agents), pts in sorted(lines.items()):
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{variant} x{agents}")
+main = ["fused", "fused_each", "sdpa_full", "sdpa_rebuild", "fused_base", "sdpa_base"]
+extra = ["fused_mass", "fused_klora", "fused_kdelta", "fused_prerope"]
+most = max(int(r["agents"]) for r in rows)
+fig, axes = plt.subplots(2, len(panels), figsize=(6 * len(panels), 8), squeeze=False)
+for col, panel in enumerate(panels):
+    sel = [r for r in rows if (r["shape"], r["mode"], r["dtype"]) == panel]
+    us = {(r["variant"], int(r["agents"]), int(r["context"])): float(r["us_per_call"]) for r in sel}
+    contexts = sorted({int(r["context"]) for r in sel})
+    agents = sorted({int(r["agents"]) for r in sel})
+    ax = axes[0][col]
+    for i, v in enumerate(main):
+        for n in agents:
+            pts = [(c, us[(v, n, c)]) for c in contexts if (v, n, c) in us]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}",
+                        linestyle="-" if n == most else "--", label=f"{v} x{n}")
     ax.set_xscale("log", base=2); ax.set_yscale("log")
     ax.set_xlabel("context"); ax.set_ylabel("us per layer call")
     ax.set_title(f"{panel[0]} {panel[1]} {panel[2]}, rank {rank}")
     ax.legend(fontsize=7)
+    ax = axes[1][col]
+    for i, v in enumerate(extra):
+        for n in agents:
+            pts = [(c, us[(v, n, c)] / us[("fused", n, c)]) for c in contexts if (v, n, c) in us and ("fused", n, c) in us]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i + 6}",
+                        linestyle="-" if n == most else "--", label=f"{v} x{n}")
+    ax.axhline(1.0, color="gray", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context"); ax.set_ylabel("time / fused at the same agents")
+    ax.legend(fontsize=7)
 fig.tight_layout()
-fig.savefig(sys.argv[2], dpi=110)
+fig.savefig(sys.argv[2], dpi=100)
 )PY";
 
 void plot(const Options& o) {
   std::ifstream py(o.python);
   if (!py) {
-    std::cout << "no PNG: " << o.python << " not found (the CSV has every figure)\n";
+    std::cout << "no PNG: " << o.python << " not found (tools/setup_python.sh bench makes it; the CSV has every figure)\n";
     return;
   }
   const std::string script = o.png + ".py";
@@ -504,7 +592,7 @@ int main(int argc, char** argv) {
               << "run it on an idle machine: other load changes every figure\n";
     std::ofstream csv(o.csv);
     if (!csv) throw std::runtime_error("cannot write " + o.csv);
-    csv << "shape,dtype,mode,context,agents,rank,variant,us_per_call,bytes_per_call,gbps,share_of_stream,gflops,"
+    csv << "shape,dtype,mode,context,agents,rank,variant,us_per_call,us_min,us_max,bytes_per_call,gbps,share_of_stream,gflops,"
            "share_of_peak,path,threads\n";
     for (const Shape& s : o.shapes) {
       for (ElementType dt : o.dtypes) {
@@ -514,11 +602,12 @@ int main(int argc, char** argv) {
               for (int64_t r : o.ranks) {
                 const Config cfg{s, dt, mode, ctx, n, r};
                 std::map<std::string, double> us;
-                for (const Row& row : bench_config(cfg, footprint, o.min_seconds)) {
+                for (const Row& row : bench_config(cfg, footprint, o.min_seconds, o.reps, o.variants)) {
                   const double gbps = row.bytes / row.seconds / 1e9, gflops = row.flops / row.seconds / 1e9;
                   us[row.variant] = row.seconds * 1e6;
                   csv << s.name << "," << dtype_name(dt) << "," << mode << "," << ctx << "," << n << "," << r << ","
-                      << row.variant << "," << row.seconds * 1e6 << "," << row.bytes << "," << gbps << ","
+                      << row.variant << "," << row.seconds * 1e6 << "," << row.min_seconds * 1e6 << ","
+                      << row.max_seconds * 1e6 << "," << row.bytes << "," << gbps << ","
                       << gbps / stream << "," << gflops << "," << gflops / peak << ","
                       << cpu::vector_path_name(cpu::selected_vector_path()) << "," << at::get_num_threads() << "\n";
                 }
@@ -530,6 +619,7 @@ int main(int argc, char** argv) {
                             us["sdpa_full"] / us["fused"], us["sdpa_rebuild"] / us["fused"],
                             100 * (us["fused_mass"] / us["fused"] - 1), 100 * (us["fused_klora"] / us["fused"] - 1),
                             100 * (us["fused_prerope"] / us["fused"] - 1));
+                std::printf(" | kdelta/klora %4.2fx", us["fused_kdelta"] / us["fused_klora"]);
                 if (n > 1) std::printf(" | each/one-call %4.2fx", us["fused_each"] / us["fused"]);
                 if (n == 1) std::printf(" | base: sdpa/fused %4.2fx", us["sdpa_base"] / us["fused_base"]);
                 std::printf("\n");

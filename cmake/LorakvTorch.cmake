@@ -61,3 +61,21 @@ if(LORAKV_WITH_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES 90)
   endif()
 endif()
+
+# ATen's at::parallel_for is an inline template: it runs on several threads only where the
+# calling file is compiled with OpenMP (_OPENMP defined); elsewhere it silently runs the
+# whole range on the calling thread. So lorakv's C++ is compiled with -fopenmp and linked
+# with the libgomp that torch ships, the same runtime and thread pool its own kernels use
+# (two OpenMP runtimes in one process would each keep a pool of spinning threads). Off for
+# ThreadSanitizer builds, where the uninstrumented runtime would only add false reports.
+option(LORAKV_OPENMP "Run lorakv's at::parallel_for loops on torch's OpenMP threads" ON)
+if(LORAKV_OPENMP)
+  find_library(LORAKV_TORCH_GOMP NAMES libgomp.so.1 gomp PATHS "${LORAKV_TORCH_DIR}/lib" NO_DEFAULT_PATH NO_CACHE)
+  if(LORAKV_TORCH_GOMP)
+    target_link_libraries(lorakv_torch INTERFACE "${LORAKV_TORCH_GOMP}")
+  else()  # a torch that uses the system's OpenMP runtime
+    find_package(OpenMP REQUIRED COMPONENTS CXX)
+    target_link_libraries(lorakv_torch INTERFACE OpenMP::OpenMP_CXX)
+  endif()
+  target_compile_options(lorakv_torch INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fopenmp>)
+endif()

@@ -244,14 +244,17 @@ const cpu::PathKernels& kernels_for(features::VectorPath path) {
 
 // Runs fn(task, thread) for task in [0, n) on `threads` threads, tasks taken in order from
 // a shared counter (items differ in cost; the plan lists the largest first).
+// Returns how many threads took part (ran the loop, whether or not any task was left).
 template <typename Fn>
-void run_tasks(int64_t n, int64_t threads, Fn&& fn) {
-  std::atomic<int64_t> next{0};
+int64_t run_tasks(int64_t n, int64_t threads, Fn&& fn) {
+  std::atomic<int64_t> next{0}, started{0};
   at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    started.fetch_add(1);
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, t);
     }
   });
+  return started.load();
 }
 
 }  // namespace
@@ -262,13 +265,15 @@ void lora_attention(const LoraAttentionParams& params) {
   const cpu::PathKernels& k = kernels_for(path);
   LORAKV_ASSERT(k.process_item, "vector path " << features::vector_path_name(path) << " was not built for this CPU");
 
-  thread_local cpu::PlanStorage storage;
+  // The calling thread's storage, reached through a reference: a lambda run on a worker
+  // thread that named the thread_local itself would get that worker's own, empty instance.
+  thread_local cpu::PlanStorage calling_thread_storage;
+  cpu::PlanStorage& storage = calling_thread_storage;
   const int64_t threads = std::max<int64_t>(1, params.num_threads > 0 ? params.num_threads : at::get_num_threads());
   const cpu::Plan plan = cpu::build_plan(params, threads, storage);
   const int32_t* order = cpu::item_order(storage);
 
-  run_tasks(plan.num_items, threads,
-            [&](int64_t i, int64_t t) { k.process_item(plan, plan.items[order[i]], cpu::thread_scratch(storage, t)); });
+  const int64_t threads_run = run_tasks(plan.num_items, threads, [&](int64_t i, int64_t t) { k.process_item(plan, plan.items[order[i]], cpu::thread_scratch(storage, t)); });
   run_tasks(params.num_agents * params.num_kv_heads, threads,
             [&](int64_t i, int64_t) { k.merge_rows(plan, i / params.num_kv_heads, i % params.num_kv_heads); });
   int64_t* mass_bytes = cpu::mass_bytes(storage);
@@ -283,6 +288,7 @@ void lora_attention(const LoraAttentionParams& params) {
   s = LoraAttentionStats{};
   s.path = path;
   s.work_items = plan.num_items;
+  s.threads = threads_run;
   for (int64_t i = 0; i < plan.num_items; ++i) {
     s.base_bytes_read += plan.items[i].base_bytes;
     s.residual_bytes_read += plan.items[i].residual_bytes;

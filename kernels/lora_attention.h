@@ -164,12 +164,13 @@ struct LoraAttentionStats {
   int64_t mass_bytes_read = 0;      // what the second QK pass for attention mass re-read
   int64_t work_items = 0;           // (base, KV head, key range) pieces run in parallel
   int64_t key_splits = 0;           // most pieces one (base, KV head) was split into
+  int64_t threads = 0;              // threads that ran the work items
 };
 
 struct LoraAttentionParams {
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;  // a multiple of 16, at most 256 (64 and 128 in the models)
+  int64_t head_dim = 0;  // a multiple of 32 in 32..256 (64 and 128 in the models)
   float scale = 0;       // softmax scale, usually 1/sqrt(head_dim)
   int64_t window = 0;    // > 0: sliding window (query position - row position < window)
   // RoPE in Hugging Face's rotate_half layout, float32 [rope_rows, head_dim / 2]: needed

@@ -18,7 +18,7 @@ phase "model" bash "$LORAKV_ROOT/tools/fetch_model.sh"
 export LORAKV_BUILD_DIR="${LORAKV_TSAN_BUILD_DIR:-$LORAKV_ROOT/build-tsan}"
 export LORAKV_BUILD_TYPE="${LORAKV_TSAN_BUILD_TYPE:-RelWithDebInfo}"
 export LORAKV_CUDA=OFF
-export LORAKV_CMAKE_ARGS="-DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread
+export LORAKV_CMAKE_ARGS="-DLORAKV_OPENMP=OFF -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread"
 
 # Test binaries: the torch-free layers' (those that exist), the cache's, the adapters'.

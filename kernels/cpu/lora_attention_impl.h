@@ -148,6 +148,25 @@ struct FusedAttention {
     return n * ((need_v ? 2 : 1) * dim * elem + 4 + (st.rope_positions ? 4 : 0));
   }
 
+  // Asks for the next tile's K and V rows while this one is computed: rows of one KV head
+  // are short runs (head_dim values) a row stride apart, which the hardware prefetchers
+  // follow poorly, so a tile otherwise waits on memory row by row.
+  static void prefetch_tile(const Item& it, int64_t row0, int64_t n) {
+    const PagedStorage& st = it.st;
+    const int64_t bs = st.block_size, elem = st.dtype == ElementType::kFloat32 ? 4 : 2;
+    const int64_t row_bytes = it.dim * elem;
+    const char* k = static_cast<const char*>(st.k);
+    const char* v = static_cast<const char*>(st.v);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t i = row0 + j;
+      const int64_t off = (it.lane.blocks[i / bs] * st.block_stride + i % bs * st.row_stride + it.head_in_lane * st.head_stride) * elem;
+      for (int64_t b = 0; b < row_bytes; b += 64) {
+        __builtin_prefetch(k + off + b, 0, 2);
+        __builtin_prefetch(v + off + b, 0, 2);
+      }
+    }
+  }
+
   static const float* cos_row(const Item& it, int32_t pos) { return it.p.rope_cos + pos * (it.dim / 2); }
   static const float* sin_row(const Item& it, int32_t pos) { return it.p.rope_sin + pos * (it.dim / 2); }
 
@@ -344,6 +363,7 @@ struct FusedAttention {
     for (int64_t row0 = w.row_begin; row0 < w.row_end; row0 += T) {
       const int64_t n = w.row_end - row0 < T ? w.row_end - row0 : T;
       w.base_bytes += load_tile(it, row0, n, true, sc, t);
+      if (row0 + T < w.row_end) prefetch_tile(it, row0 + T, w.row_end - row0 - T < T ? w.row_end - row0 - T : T);
       for (int64_t a = it.agent_begin; a < it.agent_end; ++a) {
         if (!agent_reads_tile(it, a, t)) continue;
         const AgentAttention& ag = it.p.agents[a];

@@ -5,6 +5,7 @@
 // K-LoRA, rows out of order and with gaps, keys stored before RoPE and rotated to compact
 // positions, the sliding window, prefill chunks over a cache, bfloat16, attention mass and
 // lse. Every case runs on every vector path this CPU has, on 1 and 2 threads.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -284,8 +285,13 @@ TEST(LoraAttention, LongContextIsSplitAcrossThreads) {
   s.agents = {agent(1, 8, 8, 3), agent(1, 0, 0)};
   LoraAttentionCase c(s);
   kernels::LoraAttentionStats stats;
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);  // torch's pool may have one thread on a one-core machine
   c.run(std::nullopt, 2, &stats);
+  at::set_num_threads(before);
   EXPECT_GT(stats.key_splits, 1) << "one KV head on two threads must be split";
+  // Two threads really run: at::parallel_for is serial in code built without OpenMP.
+  EXPECT_EQ(stats.threads, 2);
   EXPECT_EQ(compare_with_reference(c, tolerance_for(s)), "") << s.describe();
   expect_matches_on_every_path(s);
 }
