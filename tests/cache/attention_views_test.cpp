@@ -19,6 +19,7 @@ namespace {
 using test::agent_v_stream;
 using test::append_random;
 using test::compare_views_with_reference;
+
 using test::random_agent;
 using test::views_config;
 using test::ViewAgent;
@@ -40,15 +41,21 @@ std::vector<ViewAgent> two_agents(int64_t last_position, int64_t rank) {
   return {random_agent(3, last_position, true, rank), random_agent(2, last_position, false, 0)};
 }
 
+// Every layer of `seq` through the views against the reference, for two_agents(last_position).
+void expect_every_layer_matches(const PagedKvCache& cache, SeqId seq, StorageDtype dtype, int64_t last_position) {
+  for (int64_t layer = 0; layer < test::kViewLayers; ++layer) {
+    EXPECT_EQ(compare_views_with_reference(cache, seq, layer, agent_v_stream(dtype), two_agents(last_position, test::kViewRank)),
+              "")
+        << "layer " << layer;
+  }
+}
+
 TEST(AttentionViews, SharedTokenSetMatchesReference) {
   at::manual_seed(1);
   const StorageDtype dtype = StorageDtype::kFloat32;
   // 11 rows: two full blocks and a partial one.
   PagedKvCache cache = filled_cache(kAllHeads, dtype, 11);
-  for (int64_t layer = 0; layer < test::kViewLayers; ++layer) {
-    EXPECT_EQ(compare_views_with_reference(cache, SeqId(1), layer, agent_v_stream(dtype), two_agents(10, test::kViewRank)),
-              "");
-  }
+  expect_every_layer_matches(cache, SeqId(1), dtype, 10);
 }
 
 TEST(AttentionViews, CompactedLanesMatchReference) {
@@ -72,10 +79,7 @@ TEST(AttentionViews, CompactedLanesMatchReference) {
       ASSERT_NE(cache.gather_lane(SeqId(1), 1, 0).positions.size(0), cache.gather_lane(SeqId(1), 1, 1).positions.size(0))
           << "the heads should keep different rows";
     }
-    for (int64_t layer = 0; layer < test::kViewLayers; ++layer) {
-      EXPECT_EQ(compare_views_with_reference(cache, SeqId(1), layer, agent_v_stream(dtype), two_agents(21, test::kViewRank)),
-                "");
-    }
+    expect_every_layer_matches(cache, SeqId(1), dtype, 21);
   }
 }
 
@@ -92,10 +96,8 @@ TEST(AttentionViews, ForksReadTheirOwnRowsAfterCopyOnWrite) {
   EXPECT_EQ(two.lane(0).num_rows, 9);
   EXPECT_EQ(one.lane(0).blocks[0], two.lane(0).blocks[0]) << "the full first block stays shared";
   EXPECT_NE(one.lane(0).blocks[1], two.lane(0).blocks[1]) << "the written partial block was copied";
-  for (int64_t layer = 0; layer < test::kViewLayers; ++layer) {
-    EXPECT_EQ(compare_views_with_reference(cache, SeqId(1), layer, agent_v_stream(dtype), two_agents(7, test::kViewRank)), "");
-    EXPECT_EQ(compare_views_with_reference(cache, SeqId(2), layer, agent_v_stream(dtype), two_agents(8, test::kViewRank)), "");
-  }
+  expect_every_layer_matches(cache, SeqId(1), dtype, 7);
+  expect_every_layer_matches(cache, SeqId(2), dtype, 8);
 }
 
 TEST(AttentionViews, ViewsPointIntoThePoolsWithoutCopying) {
@@ -123,10 +125,7 @@ TEST(AttentionViews, BFloat16PoolMatchesReference) {
   const StorageDtype dtype = StorageDtype::kBFloat16;
   PagedKvCache cache = filled_cache(1, dtype, 13);
   EXPECT_EQ(BaseLayerView::of(cache, SeqId(1), 0).storage().dtype, kernels::ElementType::kBFloat16);
-  for (int64_t layer = 0; layer < test::kViewLayers; ++layer) {
-    EXPECT_EQ(compare_views_with_reference(cache, SeqId(1), layer, agent_v_stream(dtype), two_agents(12, test::kViewRank)),
-              "");
-  }
+  expect_every_layer_matches(cache, SeqId(1), dtype, 12);
 }
 
 TEST(AttentionViews, LayerWithoutAdapterGivesRankZeroStream) {
