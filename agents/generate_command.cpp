@@ -43,7 +43,10 @@ flags:
   --seed S                  random seed for sampling (default 0)
   --stop TEXT               stop when TEXT appears; not printed; repeatable
   --logprobs                after the text, print each generated token with its log-probability
-  --dtype TYPE              float32 (default) or bfloat16 weights and compute
+  --dtype TYPE              float32 (default) or bfloat16 activations and compute
+  --weights FORM            native (default: a GGUF file's 4/8-bit blocks stay quantised and
+                            are read directly, about 6x fewer bytes per token than float32),
+                            bfloat16, or float32 (exact against the dequantised model)
   --log-level LEVEL         trace, debug, info, warn, error or off (default info)
   --help                    this text
 )";
@@ -74,7 +77,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   const std::vector<std::string>& uses = options.uses;
   runtime::GenerationRequest request = options.request;
 
-  runtime::LoadedModel loaded = runtime::load_model(options.model_path, options.dtype);
+  runtime::LoadedModel loaded = runtime::load_model(options.model_path, options.dtype, options.weights);
   if (!loaded.tokenizer) {
     throw ConfigError("the model has no tokenizer", {options.model_path, "tokenizer.json", "a tokenizer", "none",
                                                      "add the checkpoint's tokenizer.json"});

@@ -123,7 +123,7 @@ std::vector<std::string> parse_stops(const CliArgs& a) {
 const std::set<std::string>& generate_value_flags() {
   static const std::set<std::string> flags = {
       "--model", "--prompt", "--max-tokens", "--temperature", "--top-k",   "--top-p",   "--repetition-penalty",
-      "--seed",  "--stop",   "--dtype",      "--log-level",   "--adapter", "--use",     "--chat-format"};
+      "--seed",  "--stop",   "--dtype", "--weights",      "--log-level",   "--adapter", "--use",     "--chat-format"};
   return flags;
 }
 
@@ -159,6 +159,7 @@ GenerateOptions parse_generate_options(const CliArgs& a) {
     o.chat_format = *format;
   }
   o.dtype = for_flag("--dtype", [&] { return runtime::parse_model_dtype(a.get("--dtype").value_or("float32")); });
+  o.weights = for_flag("--weights", [&] { return runtime::parse_weight_form(a.get("--weights").value_or("native")); });
   o.request.max_new_tokens = a.get_int("--max-tokens", 128, 1, 100000);
   o.request.sampling = parse_sampling(a);
   o.request.stop_strings = parse_stops(a);

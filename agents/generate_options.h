@@ -31,6 +31,7 @@ struct GenerateOptions {
   std::vector<AdapterSpec> adapters;           // distinct names, in the order given
   runtime::GenerationRequest request;          // everything but the prompt and the stop token ids
   at::ScalarType dtype = at::kFloat;
+  runtime::WeightForm weights = runtime::WeightForm::kNative;  // --weights
   bool chat = false;
   std::optional<std::string> chat_format;      // a known format name; only with chat
   std::optional<log::Level> log_level;

@@ -60,6 +60,7 @@ void read_cpuid(CpuFeatures& f) {
   uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return;
   f.fma = bit(ecx, 12);
+  f.f16c = bit(ecx, 29);
   const bool osxsave = bit(ecx, 27);
   const bool avx = bit(ecx, 28);
   if (osxsave) {
@@ -114,6 +115,7 @@ std::vector<std::string> missing_for(const CpuFeatures& f, VectorPath path) {
   if (path >= VectorPath::kAvx2) {
     need(f.avx2, "avx2");
     need(f.fma, "fma");
+    need(f.f16c, "f16c");
     need(f.os_saves_avx, "OS-enabled AVX state");
   }
   if (path >= VectorPath::kAvx512) {
@@ -137,7 +139,7 @@ const std::string& cpu_model_name() { return detected_cpu_features().model_name;
 std::string describe_features(const CpuFeatures& f) {
   std::vector<std::string> present, os;
   const std::pair<bool, const char*> isa[] = {
-      {f.avx2, "avx2"},         {f.fma, "fma"},           {f.avx512f, "avx512f"},          {f.avx512bw, "avx512bw"},
+      {f.avx2, "avx2"},         {f.fma, "fma"},           {f.f16c, "f16c"},         {f.avx512f, "avx512f"},          {f.avx512bw, "avx512bw"},
       {f.avx512vl, "avx512vl"}, {f.avx512_vnni, "avx512_vnni"}, {f.avx512_bf16, "avx512_bf16"}, {f.amx_tile, "amx_tile"},
       {f.amx_bf16, "amx_bf16"}, {f.amx_int8, "amx_int8"}};
   for (const auto& [have, name] : isa) {

@@ -16,7 +16,7 @@ namespace lorakv::cpu {
 // Ordered: a higher path needs everything a lower one needs.
 enum class VectorPath {
   kScalar,
-  kAvx2,    // AVX2 + FMA, 256-bit
+  kAvx2,    // AVX2 + FMA + F16C, 256-bit
   kAvx512,  // AVX-512 F/BW/VL, 512-bit
   // kAvx512Amx goes here: AMX tiles (amx_tile + amx_bf16, XCR0 tile state) and, on Linux,
   // arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) granted before first use. AMX is
@@ -32,6 +32,7 @@ struct CpuFeatures {
   std::string model_name;  // cpuid brand string, else /proc/cpuinfo's "model name", else "unknown"
   bool avx2 = false;
   bool fma = false;
+  bool f16c = false;  // half <-> float conversions (quantised weights' scales)
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;

@@ -25,24 +25,32 @@ void append_rows(const LoraRows& r, std::vector<int64_t>& rows) {
 // Decode-shaped batches (many adapters, a few rows each, one rank): gather each row's A
 // and B and run two batched matmuls for the whole batch (Punica's BGMV) instead of two
 // small GEMMs per adapter; the per-op overhead dominates at these sizes.
-void lora_add_gathered(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments) {
-  std::vector<int64_t> rows, group;
+LoraStackCache::Stack stack_factors(const std::vector<LoraSegment>& segments) {
   std::vector<at::Tensor> as, bs;
+  for (const LoraSegment& s : segments) {
+    as.push_back(s.a);
+    bs.push_back(s.b);
+  }
+  return {at::stack(as), at::stack(bs)};
+}
+
+void lora_add_gathered(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments,
+                       LoraStackCache* stacks) {
+  std::vector<int64_t> rows, group;
   bool one_row_each = true;  // then the stacked A/B are already in row order
   for (size_t g = 0; g < segments.size(); ++g) {
     const size_t before = rows.size();
     append_rows(segments[g].rows, rows);
     one_row_each = one_row_each && rows.size() == before + 1;
     group.insert(group.end(), rows.size() - before, static_cast<int64_t>(g));
-    as.push_back(segments[g].a);
-    bs.push_back(segments[g].b);
   }
   if (rows.empty()) return;
   // The whole batch in order (a plain decode step): no gather of x, no scatter into out.
   bool whole_batch = static_cast<int64_t>(rows.size()) == x.size(0);
   for (size_t i = 0; whole_batch && i < rows.size(); ++i) whole_batch = rows[i] == static_cast<int64_t>(i);
-  at::Tensor a = at::stack(as);  // [segments, r, in]
-  at::Tensor b = at::stack(bs);  // [segments, out, r]
+  const LoraStackCache::Stack stack = stacks ? stacks->get(segments) : stack_factors(segments);
+  at::Tensor a = stack.a;  // [segments, r, in]
+  at::Tensor b = stack.b;  // [segments, out, r]
   if (!one_row_each) {
     const at::Tensor group_idx = at::tensor(group, at::kLong).to(x.device());
     a = a.index_select(0, group_idx);  // [n, r, in]
@@ -95,7 +103,34 @@ void check_segment(const LoraSegment& s, const at::Tensor& x, const at::Tensor& 
 
 }  // namespace
 
-void lora_add(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments) {
+LoraStackCache::Stack LoraStackCache::get(const std::vector<LoraSegment>& segments) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    bool same = it->factors.size() == 2 * segments.size();
+    for (size_t i = 0; same && i < segments.size(); ++i) {
+      same = it->factors[2 * i].unsafeGetTensorImpl() == segments[i].a.unsafeGetTensorImpl() &&
+             it->factors[2 * i + 1].unsafeGetTensorImpl() == segments[i].b.unsafeGetTensorImpl();
+    }
+    if (!same) continue;
+    Entry hit = std::move(*it);
+    entries_.erase(it);
+    entries_.push_back(std::move(hit));
+    return entries_.back().stack;
+  }
+  Entry entry;
+  for (const LoraSegment& s : segments) {
+    entry.factors.push_back(s.a);
+    entry.factors.push_back(s.b);
+  }
+  entry.stack = stack_factors(segments);
+  ++builds_;
+  if (entries_.size() >= kEntries) entries_.erase(entries_.begin());
+  entries_.push_back(std::move(entry));
+  return entries_.back().stack;
+}
+
+void lora_add(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments,
+              LoraStackCache* stacks) {
   LORAKV_CHECK(x.defined() && out.defined() && x.dim() == 2 && out.dim() == 2 && x.size(0) == out.size(0),
                InvalidArgumentError,
                "lora_add: x [T, in] and out [T, out] expected, got " << sizes_of(x)
@@ -112,7 +147,7 @@ void lora_add(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegmen
     covered += s.rows.rows.defined() ? s.rows.rows.numel() : s.rows.length;
   }
   if (same_rank && covered <= 2 * static_cast<int64_t>(segments.size())) {
-    lora_add_gathered(out, x, segments);
+    lora_add_gathered(out, x, segments, stacks);
     return;
   }
   for (const LoraSegment& s : segments) {

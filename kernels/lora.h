@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 namespace lorakv::kernels {
@@ -26,6 +27,32 @@ struct LoraSegment {
   at::Tensor b;  // [out, r], the dtype of x (expand; the scale alpha/r is folded in)
 };
 
+// The stacked factors of the gathered strategy (below) for one (layer, module), kept across
+// calls so a decode step does not copy every adapter's A and B again (8 adapters on all
+// seven modules of SmolLM2: about 78 MB per step). An entry is found by the identity of
+// the segments' factor tensors, in order, and holds references to them, so their storage
+// cannot be freed and reused under a stale entry. Keeps the last kEntries sets. Thread-safe.
+class LoraStackCache {
+ public:
+  static constexpr size_t kEntries = 2;
+  struct Stack {
+    at::Tensor a;  // [segments, r, in]
+    at::Tensor b;  // [segments, out, r]
+  };
+  // The stack of `segments`' factors, built on a miss.
+  Stack get(const std::vector<LoraSegment>& segments);
+  int64_t builds() const { return builds_; }  // misses so far (tests)
+
+ private:
+  struct Entry {
+    std::vector<at::Tensor> factors;  // a0, b0, a1, b1, ...: the key, held
+    Stack stack;
+  };
+  std::mutex mutex_;
+  std::vector<Entry> entries_;  // most recent last
+  int64_t builds_ = 0;
+};
+
 // Adds every segment's low-rank update to `out` in place.
 //   x:   [T, in]  the projection's input (float32 or bfloat16)
 //   out: [T, out] the base projection x · W^T (+ bias), same dtype as x
@@ -36,6 +63,9 @@ struct LoraSegment {
 // adapters); or, for three or more segments of one rank with at most two rows each on
 // average (decode of a mixed batch), each row's A and B gathered and two batched matmuls
 // over all rows, so the op count does not grow with the number of adapters.
-void lora_add(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments);
+// `out` may be a view (the columns of one module in a fused q|k|v projection). `stacks`,
+// when given, keeps the gathered strategy's stacked factors across calls.
+void lora_add(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments,
+              LoraStackCache* stacks = nullptr);
 
 }  // namespace lorakv::kernels

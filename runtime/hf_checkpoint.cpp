@@ -116,7 +116,8 @@ ModelConfig read_hf_config(const std::string& dir) {
   return c;
 }
 
-ModelWeights load_hf_weights(const std::string& dir, const ModelConfig& config, at::ScalarType dtype) {
+ModelWeights load_hf_weights(const std::string& dir, const ModelConfig& config, at::ScalarType dtype,
+                             WeightForm form) {
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   std::unique_ptr<formats::SafetensorsFile> file;
@@ -129,7 +130,7 @@ ModelWeights load_hf_weights(const std::string& dir, const ModelConfig& config, 
     throw ModelLoadError("no weights found", {dir, "", "model.safetensors or model.safetensors.index.json", "neither",
                                               "PyTorch .bin checkpoints are not loaded (no code runs from files)"});
   }
-  return assemble_weights(config, dtype, [&](const std::string& name, const std::vector<int64_t>& shape) {
+  return assemble_weights(config, dtype, form, [&](const std::string& name, const std::vector<int64_t>& shape) {
     const formats::SafetensorsTensorInfo& info = file ? file->tensor(name) : shards->tensor(name);
     if (info.shape != shape) {
       throw ModelLoadError("tensor shape disagrees with config.json",

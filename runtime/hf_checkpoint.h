@@ -26,7 +26,8 @@ ModelConfig read_hf_config(const std::string& dir);
 
 // Loads the weights named by the config, checking every shape. Throws ModelLoadError
 // naming the tensor and the file.
-ModelWeights load_hf_weights(const std::string& dir, const ModelConfig& config, at::ScalarType dtype);
+ModelWeights load_hf_weights(const std::string& dir, const ModelConfig& config, at::ScalarType dtype,
+                             WeightForm form = WeightForm::kNative);
 
 // The tokenizer of <dir>/tokenizer.json with bos/eos from the configs and the chat
 // template from tokenizer_config.json (or chat_template.jinja); null without tokenizer.json.

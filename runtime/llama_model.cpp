@@ -32,14 +32,16 @@ at::Tensor make_inv_freq(const ModelConfig& c) {
 LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
-      inv_freq_(make_inv_freq(config_)) {}
+      inv_freq_(make_inv_freq(config_)),
+      lora_stacks_(static_cast<size_t>(config_.num_layers * kNumModules)) {}
 
-std::unique_ptr<LlamaModel> LlamaModel::from_gguf(const formats::GgufFile& file, at::ScalarType dtype) {
+std::unique_ptr<LlamaModel> LlamaModel::from_gguf(const formats::GgufFile& file, at::ScalarType dtype,
+                                                  WeightForm form) {
   if (dtype != at::kFloat && dtype != at::kBFloat16) {
     throw ConfigError("unsupported model dtype", {"", "dtype", "float32 or bfloat16", c10::toString(dtype), ""});
   }
   ModelConfig config = read_model_config(file);
-  ModelWeights weights = load_gguf_weights(file, config, dtype);
+  ModelWeights weights = load_gguf_weights(file, config, dtype, form);
   return std::make_unique<LlamaModel>(std::move(config), std::move(weights));
 }
 
@@ -53,17 +55,39 @@ adapters::BaseModelShape LlamaModel::adapter_shape() const {
           c.num_kv_heads, c.head_dim,   c.intermediate_dim, gguf_permutes_qk(c.architecture)};
 }
 
-at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, Module module, const StepPlan& plan) const {
-  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  const at::Tensor& bias = w.bias(module);
-  at::Tensor out = bias.defined() ? at::linear(x, w.weight(module), bias) : at::linear(x, w.weight(module));
-  if (plan.adapter_rows.empty()) return out;
-  // runtime::Module and adapters::ModuleId are one type (formats::LlamaModule).
-  std::vector<kernels::LoraSegment> segments;
-  for (const AdapterRows& g : plan.adapter_rows) {
-    if (const adapters::LoraModule* m = g.adapter->find(layer, module)) segments.push_back({g.rows, m->a, m->b});
+int64_t LlamaModel::module_width(Module module) const {
+  const ModelConfig& c = config_;
+  switch (module) {
+    case Module::kQ: return c.num_heads * c.head_dim;
+    case Module::kK:
+    case Module::kV: return c.num_kv_heads * c.head_dim;
+    case Module::kGate:
+    case Module::kUp: return c.intermediate_dim;
+    case Module::kO:
+    case Module::kDown: return c.hidden_dim;
   }
-  if (!segments.empty()) kernels::lora_add(out, x, segments);
+  return 0;
+}
+
+at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, const LinearWeight& weight,
+                               std::initializer_list<Module> modules, const StepPlan& plan) const {
+  at::Tensor out = weight.linear(x);  // [T, Σ widths]: the base projection, kept apart from LoRA
+  if (plan.adapter_rows.empty()) return out;
+  int64_t offset = 0;
+  for (Module module : modules) {
+    const int64_t width = module_width(module);
+    // runtime::Module and adapters::ModuleId are one type (formats::LlamaModule).
+    std::vector<kernels::LoraSegment> segments;
+    for (const AdapterRows& g : plan.adapter_rows) {
+      if (const adapters::LoraModule* m = g.adapter->find(layer, module)) segments.push_back({g.rows, m->a, m->b});
+    }
+    if (!segments.empty()) {
+      at::Tensor columns = out.narrow(1, offset, width);  // a view: the update lands in `out`
+      kernels::lora_add(columns, x, segments,
+                        &lora_stacks_[static_cast<size_t>(layer * kNumModules + static_cast<int64_t>(module))]);
+    }
+    offset += width;
+  }
   return out;
 }
 
@@ -142,13 +166,17 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
   auto [cos, sin] = kernels::rope_cos_sin(pos_tensor, inv_freq_);  // [T, D] each
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
 
-  at::Tensor hidden = at::embedding(weights_.embed_tokens, id_tensor);  // [T, hidden]
+  const LinearWeight& embed = weights_.embed_tokens;
+  at::Tensor hidden = embed.quant.defined() ? embed.quant.dequantize_rows(id_tensor).to(dtype())
+                                            : at::embedding(embed.dense, id_tensor).to(dtype());  // [T, hidden]
+  const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
     at::Tensor x = kernels::rms_norm(hidden, w.attn_norm, c.rms_norm_eps);
-    at::Tensor q = project(x, l, Module::kQ, plan).view({total, c.num_heads, c.head_dim});
-    at::Tensor k = project(x, l, Module::kK, plan).view({total, c.num_kv_heads, c.head_dim});
-    at::Tensor v = project(x, l, Module::kV, plan).view({total, c.num_kv_heads, c.head_dim});
+    const at::Tensor qkv = project(x, l, w.qkv, {Module::kQ, Module::kK, Module::kV}, plan);  // [T, q + 2 kv]
+    at::Tensor q = qkv.narrow(1, 0, q_dim).view({total, c.num_heads, c.head_dim});
+    at::Tensor k = qkv.narrow(1, q_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
+    at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
     q = kernels::apply_rope(q, cos, sin);
     k = kernels::apply_rope(k, cos, sin);
 
@@ -162,11 +190,13 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
               {q.narrow(0, begin, len), kv.k, kv.v, pos_tensor.narrow(0, begin, len), kv.positions, scale,
                c.sliding_window}));
     }
-    hidden = hidden + project(attn.view({total, c.num_heads * c.head_dim}), l, Module::kO, plan);
+    hidden.add_(project(attn.view({total, q_dim}), l, w.o, {Module::kO}, plan));
 
     x = kernels::rms_norm(hidden, w.mlp_norm, c.rms_norm_eps);
-    at::Tensor gated = at::silu(project(x, l, Module::kGate, plan)) * project(x, l, Module::kUp, plan);
-    hidden = hidden + project(gated, l, Module::kDown, plan);
+    const at::Tensor gate_up = project(x, l, w.gate_up, {Module::kGate, Module::kUp}, plan);  // [T, 2 I]
+    const at::Tensor gated = at::silu(gate_up.narrow(1, 0, c.intermediate_dim)).mul_(
+        gate_up.narrow(1, c.intermediate_dim, c.intermediate_dim));
+    hidden.add_(project(gated, l, w.down, {Module::kDown}, plan));
   }
   for (const SequenceInput& s : batch) cache.commit(s.seq);
 
@@ -176,7 +206,7 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
     hidden = hidden.index_select(0, at::tensor(last, at::kLong));
   }
   hidden = kernels::rms_norm(hidden, weights_.final_norm, c.rms_norm_eps);
-  return at::linear(hidden, weights_.lm_head).to(at::kFloat);
+  return weights_.lm_head.linear(hidden).to(at::kFloat);
 }
 
 }  // namespace lorakv::runtime

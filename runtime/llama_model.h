@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,9 +54,10 @@ class LlamaModel {
  public:
   LlamaModel(ModelConfig config, ModelWeights weights);
 
-  // Loads config and weights from a GGUF file; dtype at::kFloat or at::kBFloat16.
-  // Throws ModelLoadError.
-  static std::unique_ptr<LlamaModel> from_gguf(const formats::GgufFile& file, at::ScalarType dtype = at::kFloat);
+  // Loads config and weights from a GGUF file; dtype (activations, norms) at::kFloat or
+  // at::kBFloat16; weights kept as `form` says. Throws ModelLoadError.
+  static std::unique_ptr<LlamaModel> from_gguf(const formats::GgufFile& file, at::ScalarType dtype = at::kFloat,
+                                               WeightForm form = WeightForm::kNative);
 
   at::ScalarType dtype() const { return weights_.final_norm.scalar_type(); }
 
@@ -75,14 +77,20 @@ class LlamaModel {
 
  private:
   // The one choke point for every linear projection of a layer: x [T, in] -> [T, out]:
-  // the base matmul, then each adapter's shrink/expand over its rows (plan.adapter_rows).
-  at::Tensor project(const at::Tensor& x, int64_t layer, Module module, const StepPlan& plan) const;
+  // the base GEMM of `weight` (the stacked rows of `modules`, in order), then each module's
+  // adapter shrink/expand over its rows (plan.adapter_rows) on that module's columns.
+  at::Tensor project(const at::Tensor& x, int64_t layer, const LinearWeight& weight,
+                     std::initializer_list<Module> modules, const StepPlan& plan) const;
+  // Output width of one module's projection.
+  int64_t module_width(Module module) const;
   // Builds StepPlan::adapter_rows; throws ConfigError for an adapter of another model or dtype.
   std::vector<AdapterRows> plan_adapters(const std::vector<SequenceInput>& batch, const std::vector<int64_t>& offsets) const;
 
   ModelConfig config_;
   ModelWeights weights_;
   at::Tensor inv_freq_;  // float32 [head_dim / 2]
+  // Stacked adapter factors of decode batches, kept across steps: one per (layer, module).
+  mutable std::vector<kernels::LoraStackCache> lora_stacks_;
 };
 
 }  // namespace lorakv::runtime

@@ -15,20 +15,20 @@ at::ScalarType parse_model_dtype(const std::string& name) {
   throw ConfigError("unsupported model dtype", {"", "dtype", "float32 or bfloat16", "'" + name + "'", ""});
 }
 
-LoadedModel load_model(const std::string& path, at::ScalarType dtype) {
+LoadedModel load_model(const std::string& path, at::ScalarType dtype, WeightForm form) {
   log::Stopwatch watch;
   log::info("loading " + path);
   LoadedModel loaded;
   if (is_hf_checkpoint(path)) {
     ModelConfig config = read_hf_config(path);
-    ModelWeights weights = load_hf_weights(path, config, dtype);
+    ModelWeights weights = load_hf_weights(path, config, dtype, form);
     loaded.model = std::make_unique<LlamaModel>(std::move(config), std::move(weights));
     loaded.tokenizer = load_hf_tokenizer(path);
     if (!loaded.tokenizer) log::warn("no tokenizer.json in " + path + ": token ids only");
   } else {
     std::unique_ptr<formats::GgufFile> file = formats::GgufFile::open(path);
     loaded.tokenizer = std::make_unique<formats::BpeTokenizer>(formats::tokenizer_from_gguf(*file));
-    loaded.model = LlamaModel::from_gguf(*file, dtype);
+    loaded.model = LlamaModel::from_gguf(*file, dtype, form);
   }
   const ModelConfig& c = loaded.model->config();
   log::info(c.architecture + " model '" + c.name + "': " + std::to_string(c.num_layers) + " layers, hidden " +

@@ -19,8 +19,10 @@ struct LoadedModel {
 at::ScalarType parse_model_dtype(const std::string& name);
 
 // Loads a model with its tokenizer: a GGUF file, or a Hugging Face checkpoint directory
-// (config.json + safetensors; the tokenizer is null without tokenizer.json), weights in `dtype`. Throws ModelLoadError /
-// TokenizerError.
-LoadedModel load_model(const std::string& path, at::ScalarType dtype = at::kFloat);
+// (config.json + safetensors; the tokenizer is null without tokenizer.json). Activations
+// (and dense weights of the native form) in `dtype`; weights kept as `form` says. Throws
+// ModelLoadError / TokenizerError.
+LoadedModel load_model(const std::string& path, at::ScalarType dtype = at::kFloat,
+                       WeightForm form = WeightForm::kNative);
 
 }  // namespace lorakv::runtime

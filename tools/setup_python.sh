@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # tools/setup_python.sh [test|bench]: a Python virtual environment from a pinned lock file.
 #   test  (default) the pinned libtorch and the test oracles: tools/requirements.lock, .venv
-#   bench what the benchmarks need besides it (matplotlib for their plots):
-#         tools/requirements-bench.lock, .venv-bench
+#   bench what the benchmarks need besides it (matplotlib for their plots, llama-cpp-python
+#         compiled for this CPU with GGML_NATIVE=ON): tools/requirements-bench.lock,
+#         .venv-bench. Its cache key includes the CPU's model and flags, since the native
+#         build runs only on CPUs like the one it was built on.
 # Each lives in a cache outside the clone, keyed by its lock file, the Python version and the
 # machine, so fresh clones reuse it; the link in the repo is git-ignored. A lock file
 # serialises clones that set it up at the same time, and the completion marker is written
@@ -15,11 +17,17 @@ case "$profile" in
     LOCK="$LORAKV_ROOT/tools/requirements.lock"
     link="$LORAKV_VENV"
     imports="torch, transformers, gguf, peft, safetensors, llama_cpp"
+    # Portable llama.cpp: the test environment only tokenises and serves as an oracle.
+    cmake_args="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    machine_id=""
     ;;
   bench)
     LOCK="$LORAKV_ROOT/tools/requirements-bench.lock"
     link="$LORAKV_ROOT/.venv-bench"
-    imports="matplotlib"
+    imports="matplotlib, llama_cpp"
+    # The benchmark races the best llama.cpp this CPU can run.
+    cmake_args="-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    machine_id=$(grep -m2 -E '^(model name|flags)' /proc/cpuinfo 2>/dev/null || true)
     ;;
   *) die "unknown environment '$profile' (use: test or bench)" ;;
 esac
@@ -27,7 +35,7 @@ command -v python3 >/dev/null || die "python3 not found; run tools/setup_system.
 python3 -c 'import venv, ensurepip' 2>/dev/null \
   || die "python3 cannot create environments with pip (Debian: apt-get install python3-venv)"
 py_id=$(python3 -c 'import sys, platform; print(sys.version.split()[0], platform.machine())')
-key=$( { cat "$LOCK"; echo "$py_id"; } | sha256sum | cut -c1-16)
+key=$( { cat "$LOCK"; echo "$py_id"; [ -z "$machine_id" ] || echo "$machine_id"; } | sha256sum | cut -c1-16)
 prefix=venv
 [ "$profile" = test ] || prefix="venv-$profile"
 target="$LORAKV_CACHE_DIR/$prefix-$key"
@@ -50,9 +58,10 @@ if [ ! -f "$target/.lorakv-complete" ] || ! check_env; then
   python3 -m venv "$target"
   "$target/bin/python" -m pip install -q --upgrade pip \
     || die "pip could not upgrade itself in $target; is the Python package index reachable? (rerun to retry)"
-  # llama-cpp-python compiles llama.cpp; portable flags, no tests or examples.
-  CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
-    "$target/bin/python" -m pip install -q -r "$LOCK" \
+  # llama-cpp-python compiles llama.cpp (several minutes). --no-cache-dir: pip would
+  # otherwise reuse a wheel it built earlier with the other profile's flags.
+  CMAKE_ARGS="$cmake_args" \
+    "$target/bin/python" -m pip install -q --no-cache-dir -r "$LOCK" \
     || die "pip install -r tools/$(basename "$LOCK") failed in $target (see pip's message above; rerun to retry)"
   check_env || die "the new environment in $target cannot import $imports"
   touch "$target/.lorakv-complete"

@@ -30,6 +30,7 @@ namespace lorakv::adapters {
 namespace {
 
 using runtime::LlamaModel;
+using runtime::parse_weight_form;
 using runtime::SequenceInput;
 
 constexpr double kRelativeTolerance = lorakv::testing::kFloat32LogitsTolerance;
@@ -59,7 +60,8 @@ class PeftParity : public ::testing::Test {
     dir_ = oracle_dir + "/peft";
     try {
       auto file = formats::GgufFile::open(model_path);
-      model_ = LlamaModel::from_gguf(*file).release();
+      model_ = LlamaModel::from_gguf(*file, at::kFloat,
+                                     parse_weight_form(lorakv::testing::test_setting("LORAKV_TEST_WEIGHTS"))).release();
       reference_ = formats::SafetensorsFile::open(dir_ + "/peft_reference.safetensors").release();
       meta_ = new formats::JsonValue(formats::parse_json(reference_->metadata().at("oracle")));
       registry_ = new AdapterRegistry(model_->adapter_shape(), model_->dtype());

@@ -31,6 +31,7 @@ using lorakv::testing::json_doubles;
 using lorakv::testing::json_ints;
 using lorakv::testing::relative_error;
 using runtime::LlamaModel;
+using runtime::parse_weight_form;
 
 constexpr double kRelativeTolerance = lorakv::testing::kFloat32LogitsTolerance;
 // An adapter must move the logits by at least 1% of the largest logit, or the parity above
@@ -53,7 +54,8 @@ class RoleAdapterParity : public ::testing::Test {
     const std::string model_path = lorakv::testing::test_setting("LORAKV_MODEL");
     if (model_path.empty()) return;
     file_ = formats::GgufFile::open(model_path).release();
-    model_ = LlamaModel::from_gguf(*file_).release();
+    model_ = LlamaModel::from_gguf(*file_, at::kFloat,
+                                     parse_weight_form(lorakv::testing::test_setting("LORAKV_TEST_WEIGHTS"))).release();
     tokenizer_ = new formats::BpeTokenizer(formats::tokenizer_from_gguf(*file_));
     const std::string dir = lorakv::testing::test_setting("LORAKV_ORACLE_DIR") + "/roles";
     reference_ = formats::SafetensorsFile::open(dir + "/role_reference.safetensors").release();

@@ -21,7 +21,7 @@ namespace {
 CpuFeatures avx2_machine() {
   CpuFeatures f;
   f.model_name = "test avx2 cpu";
-  f.avx2 = f.fma = f.os_saves_avx = true;
+  f.avx2 = f.fma = f.f16c = f.os_saves_avx = true;
   return f;
 }
 
@@ -58,6 +58,9 @@ TEST(CpuPath, BestPathNeedsInstructionsAndOsState) {
   CpuFeatures no_fma = avx2_machine();
   no_fma.fma = false;
   EXPECT_EQ(best_vector_path(no_fma), VectorPath::kScalar);
+  CpuFeatures no_f16c = avx2_machine();  // the quantised GEMV converts half scales with F16C
+  no_f16c.f16c = false;
+  EXPECT_EQ(best_vector_path(no_f16c), VectorPath::kScalar);
   CpuFeatures no_ymm_state = avx512_machine();
   no_ymm_state.os_saves_avx = false;
   EXPECT_EQ(best_vector_path(no_ymm_state), VectorPath::kScalar);
@@ -113,11 +116,11 @@ TEST(CpuPath, UnknownValueIsRefusedNamingVariableValueAndSupport) {
 // Every combination of the bits the paths depend on, every request: the result is a path
 // the features support and never above the best; a request above the best is refused.
 TEST(CpuPath, ForcedPathNeverExceedsTheDetectedOne) {
-  constexpr int kBits = 7;
+  constexpr int kBits = 8;
   int refused = 0, accepted = 0;
   for (int mask = 0; mask < (1 << kBits); ++mask) {
     CpuFeatures f;
-    bool* bits[kBits] = {&f.avx2, &f.fma, &f.os_saves_avx, &f.avx512f, &f.avx512bw, &f.avx512vl, &f.os_saves_avx512};
+    bool* bits[kBits] = {&f.avx2, &f.fma, &f.f16c, &f.os_saves_avx, &f.avx512f, &f.avx512bw, &f.avx512vl, &f.os_saves_avx512};
     for (int b = 0; b < kBits; ++b) *bits[b] = (mask >> b) & 1;
     const VectorPath best = best_vector_path(f);
     EXPECT_TRUE(supports(f, best));
@@ -188,7 +191,7 @@ TEST(CpuPath, EnvironmentVariableIsReadForThisMachine) {
 TEST(CpuFeatures, DescriptionListsPresentFeaturesAndOsState) {
   CpuFeatures f = avx2_machine();
   f.amx_tile = true;
-  EXPECT_EQ(describe_features(f), "avx2 fma amx_tile; os state: avx");
+  EXPECT_EQ(describe_features(f), "avx2 fma f16c amx_tile; os state: avx");
   EXPECT_EQ(describe_features(CpuFeatures{}), "none; os state: none");
 }
 
@@ -222,6 +225,7 @@ TEST(CpuFeatures, DetectionAgreesWithProcCpuinfo) {
   expect_flag(f.os_saves_avx, "avx");
   expect_flag(f.avx2 && f.os_saves_avx, "avx2");
   expect_flag(f.fma && f.os_saves_avx, "fma");
+  expect_flag(f.f16c && f.os_saves_avx, "f16c");
   expect_flag(f.avx512f && f.os_saves_avx512, "avx512f");
   expect_flag(f.avx512bw && f.os_saves_avx512, "avx512bw");
   expect_flag(f.avx512vl && f.os_saves_avx512, "avx512vl");

@@ -93,7 +93,7 @@ TEST(HfCheckpoint, EachArchitectureFeatureMatters) {
     ModelWeights weights = load_hf_weights(dir, config, at::kFloat);
     drop(config);
     if (!config.attention_bias) {
-      for (auto& l : weights.layers) l.q_bias = l.k_bias = l.v_bias = at::Tensor();
+      for (auto& l : weights.layers) l.qkv.bias = at::Tensor();
     }
     LlamaModel model(config, std::move(weights));
     return relative_error(run_all_logits(model, read_ids(*ref)), read_f32(*ref, "logits"));
@@ -120,7 +120,7 @@ TEST(HfCheckpoint, RealSmolLM2DirectoryEqualsTheGgufPath) {
                                     411, 407, 19712, 8182, 2, 198, 1, 4093, 198, 504, 3575, 282, 4649, 314};
   LoadedModel hf = load_model(oracle("smollm2"), at::kFloat);
   auto gguf_file = formats::GgufFile::open(test_setting("LORAKV_MODEL"));
-  auto gguf = LlamaModel::from_gguf(*gguf_file);
+  auto gguf = LlamaModel::from_gguf(*gguf_file, at::kFloat, WeightForm::kFloat32);
   const double err = relative_error(run_all_logits(*hf.model, ids), run_all_logits(*gguf, ids));
   std::printf("  SmolLM2 HF directory vs GGUF: relative error %.3g\n", err);
   EXPECT_LT(err, lorakv::testing::kFloat32LogitsTolerance);

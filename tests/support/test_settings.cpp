@@ -12,6 +12,7 @@ std::string test_setting(const char* name) {
   if (std::strcmp(name, "LORAKV_ORACLE_DIR") == 0) return LORAKV_TEST_ORACLE_DIR;
   if (std::strcmp(name, "LORAKV_PYTHON") == 0) return LORAKV_TEST_PYTHON;
   if (std::strcmp(name, "LORAKV_SOURCE_DIR") == 0) return LORAKV_TEST_SOURCE_DIR;
+  if (std::strcmp(name, "LORAKV_TEST_WEIGHTS") == 0) return "float32";
   return "";
 }
 

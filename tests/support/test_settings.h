@@ -7,7 +7,9 @@
 
 namespace lorakv::testing {
 
-// name: "LORAKV_MODEL", "LORAKV_ORACLE_DIR", "LORAKV_PYTHON" or "LORAKV_SOURCE_DIR".
+// name: "LORAKV_MODEL", "LORAKV_ORACLE_DIR", "LORAKV_PYTHON", "LORAKV_SOURCE_DIR" or
+// "LORAKV_TEST_WEIGHTS" (the weight form the parity suites load the model in: "float32"
+// unless CTest's second run of a suite sets "native").
 // Returns "" when neither the environment nor the build sets it.
 std::string test_setting(const char* name);
 

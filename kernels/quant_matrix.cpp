@@ -1,0 +1,196 @@
+// kernels/quant_matrix.cpp: storage checks, quantise / dequantise, and the two ways of
+// computing x · W^T (direct block reads for few rows, dequantised panels + GEMM for many).
+#include "kernels/quant_matrix.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+#include "common/errors.h"
+#include "kernels/cpu/quant_gemv.h"
+
+namespace lorakv::kernels {
+
+namespace features = ::lorakv::cpu;
+
+const char* quant_format_name(QuantFormat format) { return format == QuantFormat::kQ4 ? "q4" : "q8"; }
+
+namespace {
+
+void check_storage(const at::Tensor& t, const char* what, at::ScalarType dtype, int64_t rows, int64_t cols) {
+  LORAKV_CHECK(t.defined() && t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == dtype &&
+                   t.dim() == 2 && t.size(0) == rows && t.size(1) == cols,
+               InvalidArgumentError,
+               "QuantMatrix: " << what << " must be a contiguous CPU " << c10::toString(dtype) << " tensor [" << rows
+                               << ", " << cols << "], got "
+                               << (t.defined() ? c10::toString(t.scalar_type()) : "undefined") << " "
+                               << (t.defined() ? t.sizes() : at::IntArrayRef{}));
+}
+
+cpu::QuantGemvFn gemv_for(features::VectorPath path) {
+  switch (path) {
+    case features::VectorPath::kAvx512: return kernels::cpu::avx512::quant_gemv;
+    case features::VectorPath::kAvx2: return kernels::cpu::avx2::quant_gemv;
+    case features::VectorPath::kScalar: break;
+  }
+  return kernels::cpu::scalar::quant_gemv;
+}
+
+// Rows per parallel work item: enough to amortise the fork, at least two items per thread.
+int64_t row_grain(int64_t rows) {
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  return std::max<int64_t>(16, rows / (2 * threads));
+}
+
+// The float32 scratch the panel path dequantises into, kept per thread: allocating a few
+// MiB per projection would page-fault them in on every call.
+float* panel_scratch(int64_t elements) {
+  thread_local at::Tensor scratch;
+  if (!scratch.defined() || scratch.numel() < elements) scratch = at::empty({elements}, at::kFloat);
+  return scratch.data_ptr<float>();
+}
+
+}  // namespace
+
+QuantMatrix::QuantMatrix(QuantFormat format, at::Tensor codes, at::Tensor scales, at::Tensor mins)
+    : format_(format), codes_(std::move(codes)), scales_(std::move(scales)), mins_(std::move(mins)) {
+  LORAKV_CHECK(codes_.defined() && codes_.dim() == 2, InvalidArgumentError, "QuantMatrix: codes must be 2-D");
+  rows_ = codes_.size(0);
+  cols_ = format_ == QuantFormat::kQ4 ? codes_.size(1) * 2 : codes_.size(1);
+  LORAKV_CHECK(cols_ > 0 && cols_ % kQuantBlock == 0, InvalidArgumentError,
+               "QuantMatrix: columns must be a positive multiple of " << kQuantBlock << ", got " << cols_);
+  const int64_t nb = cols_ / kQuantBlock;
+  check_storage(codes_, "codes", format_ == QuantFormat::kQ4 ? at::kByte : at::kChar, rows_,
+                format_ == QuantFormat::kQ4 ? cols_ / 2 : cols_);
+  check_storage(scales_, "scales", at::kShort, rows_, nb);
+  if (format_ == QuantFormat::kQ4) {
+    check_storage(mins_, "mins", at::kShort, rows_, nb);
+  } else {
+    LORAKV_CHECK(!mins_.defined(), InvalidArgumentError, "QuantMatrix: q8 has no mins");
+  }
+}
+
+QuantMatrix QuantMatrix::quantize(const at::Tensor& w, QuantFormat format) {
+  LORAKV_CHECK(w.defined() && w.dim() == 2 && w.size(1) % kQuantBlock == 0 && w.size(1) > 0, InvalidArgumentError,
+               "QuantMatrix::quantize: a [rows, cols] matrix with cols a multiple of 32 expected");
+  const int64_t rows = w.size(0), nb = w.size(1) / kQuantBlock;
+  const at::Tensor blocks = w.to(at::kFloat).contiguous().view({rows, nb, kQuantBlock});  // [rows, nb, 32]
+  // As ggml's reference quantisers: the codes use the float32 d, the stored d is rounded.
+  if (format == QuantFormat::kQ4) {
+    const at::Tensor lo = std::get<0>(blocks.min(2, true)), hi = std::get<0>(blocks.max(2, true));
+    const at::Tensor d = (hi - lo) / 15.0;
+    const at::Tensor inv = at::where(d != 0, 1.0 / d, at::zeros_like(d));
+    const at::Tensor q = ((blocks - lo) * inv + 0.5).floor().clamp(0, 15).to(at::kByte);  // [rows, nb, 32]
+    const at::Tensor codes =
+        q.narrow(2, 0, 16).bitwise_or(q.narrow(2, 16, 16).bitwise_left_shift(4)).reshape({rows, nb * 16});
+    return QuantMatrix(format, codes.contiguous(), d.squeeze(2).to(at::kHalf).view(at::kShort).contiguous(),
+                       lo.squeeze(2).to(at::kHalf).view(at::kShort).contiguous());
+  }
+  const at::Tensor d = std::get<0>(blocks.abs().max(2, true)) / 127.0;
+  const at::Tensor inv = at::where(d != 0, 1.0 / d, at::zeros_like(d));
+  const at::Tensor q = (blocks * inv).round().clamp(-127, 127).to(at::kChar).reshape({rows, nb * kQuantBlock});
+  return QuantMatrix(format, q.contiguous(), d.squeeze(2).to(at::kHalf).view(at::kShort).contiguous(), {});
+}
+
+QuantMatrixView QuantMatrix::view() const {
+  LORAKV_CHECK(defined(), InvalidArgumentError, "QuantMatrix: empty matrix");
+  return {format_,
+          rows_,
+          cols_,
+          static_cast<const uint8_t*>(codes_.data_ptr()),
+          reinterpret_cast<const uint16_t*>(scales_.data_ptr<int16_t>()),
+          mins_.defined() ? reinterpret_cast<const uint16_t*>(mins_.data_ptr<int16_t>()) : nullptr};
+}
+
+int64_t QuantMatrix::nbytes() const {
+  if (!defined()) return 0;
+  return static_cast<int64_t>(codes_.nbytes() + scales_.nbytes() + (mins_.defined() ? mins_.nbytes() : 0));
+}
+
+at::Tensor QuantMatrix::dequantize() const {
+  at::Tensor out = at::empty({rows_, cols_}, at::kFloat);
+  const QuantMatrixView v = view();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, rows_, 64, [&](int64_t begin, int64_t end) {
+    cpu::quant_dequantize_rows(v, begin, end, dst + begin * cols_);
+  });
+  return out;
+}
+
+at::Tensor QuantMatrix::dequantize_rows(const at::Tensor& ids) const {
+  LORAKV_CHECK(ids.defined() && ids.dim() == 1 && ids.scalar_type() == at::kLong, InvalidArgumentError,
+               "QuantMatrix::dequantize_rows: int64 [n] row ids expected");
+  const at::Tensor idx = ids.contiguous();
+  const int64_t n = idx.size(0);
+  const int64_t* p = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    LORAKV_CHECK(p[i] >= 0 && p[i] < rows_, InvalidArgumentError,
+                 "QuantMatrix::dequantize_rows: row " << p[i] << " outside 0.." << rows_ - 1);
+  }
+  at::Tensor out = at::empty({n, cols_}, at::kFloat);
+  const QuantMatrixView v = view();
+  float* dst = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) cpu::quant_dequantize_rows(v, p[i], p[i] + 1, dst + i * cols_);
+  return out;
+}
+
+QuantMatrix QuantMatrix::select_rows(const at::Tensor& order) const {
+  return QuantMatrix(format_, codes_.index_select(0, order), scales_.index_select(0, order),
+                     mins_.defined() ? mins_.index_select(0, order) : at::Tensor());
+}
+
+QuantMatrix QuantMatrix::stack_rows(const std::vector<const QuantMatrix*>& parts) {
+  LORAKV_CHECK(!parts.empty(), InvalidArgumentError, "QuantMatrix::stack_rows: nothing to stack");
+  std::vector<at::Tensor> codes, scales, mins;
+  for (const QuantMatrix* p : parts) {
+    LORAKV_CHECK(p->format_ == parts[0]->format_ && p->cols_ == parts[0]->cols_, InvalidArgumentError,
+                 "QuantMatrix::stack_rows: parts differ in format or width ("
+                     << quant_format_name(p->format_) << " x " << p->cols_ << " vs "
+                     << quant_format_name(parts[0]->format_) << " x " << parts[0]->cols_ << ")");
+    codes.push_back(p->codes_);
+    scales.push_back(p->scales_);
+    if (p->mins_.defined()) mins.push_back(p->mins_);
+  }
+  return QuantMatrix(parts[0]->format_, at::cat(codes, 0), at::cat(scales, 0),
+                     mins.empty() ? at::Tensor() : at::cat(mins, 0));
+}
+
+at::Tensor QuantMatrix::linear(const at::Tensor& x) const { return linear(x, features::selected_vector_path()); }
+
+at::Tensor QuantMatrix::linear(const at::Tensor& x, features::VectorPath path) const {
+  LORAKV_CHECK(defined(), InvalidArgumentError, "QuantMatrix::linear: empty matrix");
+  LORAKV_CHECK(x.defined() && x.dim() == 2 && x.size(1) == cols_ && x.device().is_cpu() &&
+                   (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+               InvalidArgumentError,
+               "QuantMatrix::linear: x must be a CPU float32 or bfloat16 [M, " << cols_ << "] tensor, got "
+                   << (x.defined() ? c10::toString(x.scalar_type()) : "undefined") << " "
+                   << (x.defined() ? x.sizes() : at::IntArrayRef{}));
+  LORAKV_CHECK(features::supports(features::detected_cpu_features(), path), InvalidArgumentError,
+               "QuantMatrix::linear: this CPU cannot run the " << features::vector_path_name(path) << " path");
+  return x.size(0) <= kDirectMaxRows ? linear_direct(x, path) : linear_panels(x);
+}
+
+at::Tensor QuantMatrix::linear_direct(const at::Tensor& x, features::VectorPath path) const {
+  const int64_t m = x.size(0), nb = cols_ / kQuantBlock;
+  at::Tensor xf = x.scalar_type() == at::kFloat && x.stride(1) == 1 ? x : x.to(at::kFloat).contiguous();  // [M, cols]
+  at::Tensor xsum = xf.view({m, nb, kQuantBlock}).sum(2).contiguous();  // float32 [M, nb]
+  at::Tensor y = at::empty({m, rows_}, at::kFloat);                      // float32 [M, rows]
+  const cpu::QuantGemvArgs args{view(), xf.data_ptr<float>(), m, xf.stride(0), xsum.data_ptr<float>(),
+                                y.data_ptr<float>(), rows_};
+  const cpu::QuantGemvFn gemv = gemv_for(path);
+  at::parallel_for(0, rows_, row_grain(rows_), [&](int64_t begin, int64_t end) { gemv(args, begin, end); });
+  return x.scalar_type() == at::kFloat ? y : y.to(x.scalar_type());
+}
+
+at::Tensor QuantMatrix::linear_panels(const at::Tensor& x) const {
+  const QuantMatrixView v = view();
+  float* w = panel_scratch(rows_ * cols_);
+  at::parallel_for(0, rows_, 64, [&](int64_t begin, int64_t end) {
+    cpu::quant_dequantize_rows(v, begin, end, w + begin * cols_);
+  });
+  const at::Tensor wf = at::from_blob(w, {rows_, cols_}, at::kFloat);  // float32 [rows, cols], borrowed
+  if (x.scalar_type() == at::kFloat) return at::matmul(x, wf.t());
+  return at::matmul(x.to(at::kFloat), wf.t()).to(x.scalar_type());
+}
+
+}  // namespace lorakv::kernels
