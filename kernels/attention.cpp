@@ -1,5 +1,10 @@
-// kernels/attention.cpp: dense GQA attention and RMSNorm on ATen ops.
+// kernels/attention.cpp: dense GQA attention on ATen ops, and RMSNorm.
 #include "kernels/attention.h"
+
+#include <c10/util/BFloat16.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "common/errors.h"
 
@@ -60,11 +65,51 @@ at::Tensor causal_attention(const AttentionInput& in) {
   return out.view({num_kv_heads, group, tq, head_dim}).permute({2, 0, 1, 3}).reshape({tq, num_heads, head_dim});
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+namespace {
+
+void check_rms_norm(const at::Tensor& x, const at::Tensor& weight) {
   LORAKV_CHECK(x.defined() && weight.defined() && x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
                InvalidArgumentError, "rms_norm: x [..., hidden] and weight [hidden] expected, got " << sizes_of(x)
                                                                                                     << " and "
                                                                                                     << sizes_of(weight));
+}
+
+// Rows of x [n, h] (contiguous) normalised into out, T the element type of x, out, weight.
+template <typename T>
+void rms_norm_rows(const T* x, const T* weight, T* out, int64_t n, int64_t h, float eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T* row = x + i * h;
+    float squares = 0;
+    for (int64_t j = 0; j < h; ++j) squares += static_cast<float>(row[j]) * static_cast<float>(row[j]);
+    const float inv = 1.0f / std::sqrt(squares / static_cast<float>(h) + eps);
+    for (int64_t j = 0; j < h; ++j) {
+      const T normed = static_cast<T>(static_cast<float>(row[j]) * inv);
+      out[i * h + j] = static_cast<T>(static_cast<float>(weight[j]) * static_cast<float>(normed));
+    }
+  }
+}
+
+}  // namespace
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rms_norm(x, weight);
+  const bool plain = x.device().is_cpu() && weight.scalar_type() == x.scalar_type() &&
+                     (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16);
+  if (!plain) return rms_norm_reference(x, weight, eps);
+  const at::Tensor xc = x.contiguous(), wc = weight.contiguous();
+  at::Tensor out = at::empty_like(xc);
+  const int64_t h = x.size(-1), n = x.numel() / std::max<int64_t>(h, 1);
+  if (x.scalar_type() == at::kFloat) {
+    rms_norm_rows(xc.data_ptr<float>(), wc.data_ptr<float>(), out.data_ptr<float>(), n, h, static_cast<float>(eps));
+  } else {
+    rms_norm_rows(xc.data_ptr<c10::BFloat16>(), wc.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), n, h,
+                  static_cast<float>(eps));
+  }
+  return out;
+}
+
+at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rms_norm(x, weight);
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
   at::Tensor normed = xf * at::rsqrt(variance + eps);

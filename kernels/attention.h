@@ -28,6 +28,11 @@ at::Tensor causal_attention(const AttentionInput& in);
 // RMSNorm as in Llama: x * rsqrt(mean(x^2) + eps) * weight, computed in float32.
 // x: [T, hidden]; weight: float [hidden]. Returns [T, hidden] in x's dtype. Throws
 // InvalidArgumentError when the sizes disagree.
+// One pass per row in plain loops (the ATen formula below costs five ops and their
+// temporaries per call; decode calls it 61 times per token), same arithmetic: float32 sum of
+// squares, x * (1 / sqrt(mean + eps)) rounded to x's dtype, times weight in x's dtype.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// transformers' formula on ATen ops: the reference rms_norm is tested against.
+at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 }  // namespace lorakv::kernels

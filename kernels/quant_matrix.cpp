@@ -171,12 +171,10 @@ at::Tensor QuantMatrix::linear(const at::Tensor& x, features::VectorPath path) c
 }
 
 at::Tensor QuantMatrix::linear_direct(const at::Tensor& x, features::VectorPath path) const {
-  const int64_t m = x.size(0), nb = cols_ / kQuantBlock;
-  at::Tensor xf = x.scalar_type() == at::kFloat && x.stride(1) == 1 ? x : x.to(at::kFloat).contiguous();  // [M, cols]
-  at::Tensor xsum = xf.view({m, nb, kQuantBlock}).sum(2).contiguous();  // float32 [M, nb]
-  at::Tensor y = at::empty({m, rows_}, at::kFloat);                      // float32 [M, rows]
-  const cpu::QuantGemvArgs args{view(), xf.data_ptr<float>(), m, xf.stride(0), xsum.data_ptr<float>(),
-                                y.data_ptr<float>(), rows_};
+  const int64_t m = x.size(0);
+  const at::Tensor xf = x.scalar_type() == at::kFloat && x.stride(1) == 1 ? x : x.to(at::kFloat).contiguous();  // [M, cols]
+  at::Tensor y = at::empty({m, rows_}, at::kFloat);  // float32 [M, rows]
+  const cpu::QuantGemvArgs args{view(), xf.data_ptr<float>(), m, xf.stride(0), y.data_ptr<float>(), rows_};
   const cpu::QuantGemvFn gemv = gemv_for(path);
   at::parallel_for(0, rows_, row_grain(rows_), [&](int64_t begin, int64_t end) { gemv(args, begin, end); });
   return x.scalar_type() == at::kFloat ? y : y.to(x.scalar_type());

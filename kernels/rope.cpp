@@ -1,6 +1,8 @@
 // kernels/rope.cpp: RoPE on ATen ops, matching transformers' float32 arithmetic order.
 #include "kernels/rope.h"
 
+#include <c10/util/BFloat16.h>
+
 #include <cmath>
 
 #include "common/errors.h"
@@ -58,6 +60,51 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   at::Tensor c = cos.unsqueeze(1).to(x.scalar_type());
   at::Tensor s = sin.unsqueeze(1).to(x.scalar_type());
   return x * c + rotated * s;
+}
+
+namespace {
+
+// One row of D = 2 * half elements: out_j = x_j cos_j - x_{j+h} sin_j,
+// out_{j+h} = x_{j+h} cos_{j+h} + x_j sin_{j+h}; each product and sum rounded to T.
+template <typename T>
+void rotate_row(T* x, const float* c, const float* s, int64_t half) {
+  for (int64_t j = 0; j < half; ++j) {
+    const float x1 = static_cast<float>(x[j]), x2 = static_cast<float>(x[j + half]);
+    // apply_rope casts cos and sin to x's dtype first.
+    auto in_t = [](float v) { return static_cast<float>(static_cast<T>(v)); };
+    const T a = static_cast<T>(x1 * in_t(c[j])), b = static_cast<T>(-x2 * in_t(s[j]));
+    const T e = static_cast<T>(x2 * in_t(c[j + half])), f = static_cast<T>(x1 * in_t(s[j + half]));
+    x[j] = static_cast<T>(static_cast<float>(a) + static_cast<float>(b));
+    x[j + half] = static_cast<T>(static_cast<float>(e) + static_cast<float>(f));
+  }
+}
+
+template <typename T>
+void rotate_all(const at::Tensor& x, const float* cos, const float* sin) {
+  const int64_t t = x.size(0), heads = x.size(1), d = x.size(2);
+  T* base = x.data_ptr<T>();
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t h = 0; h < heads; ++h) rotate_row(base + i * x.stride(0) + h * x.stride(1), cos + i * d, sin + i * d, d / 2);
+  }
+}
+
+}  // namespace
+
+void apply_rope_(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  LORAKV_CHECK(x.defined() && cos.defined() && sin.defined() && x.dim() == 3 && x.size(2) % 2 == 0 &&
+                   x.stride(2) == 1 && cos.dim() == 2 && cos.size(0) == x.size(0) && cos.size(1) == x.size(2) &&
+                   sin.sizes() == cos.sizes() && cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat &&
+                   cos.is_contiguous() && sin.is_contiguous() &&
+                   (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
+               InvalidArgumentError,
+               "apply_rope_: float32/bfloat16 x [T, H, D] (unit stride in D) and contiguous float32 cos, sin [T, D] "
+               "expected, got "
+                   << sizes_of(x) << ", " << sizes_of(cos) << " and " << sizes_of(sin));
+  if (x.scalar_type() == at::kFloat) {
+    rotate_all<float>(x, cos.data_ptr<float>(), sin.data_ptr<float>());
+  } else {
+    rotate_all<c10::BFloat16>(x, cos.data_ptr<float>(), sin.data_ptr<float>());
+  }
 }
 
 }  // namespace lorakv::kernels

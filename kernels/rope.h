@@ -26,4 +26,10 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& positions, cons
 // for arguments of other shapes (or an odd rotary_dim).
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// The same rotation written into x (which may be a strided view, e.g. the q or k columns
+// of a fused q|k|v projection) in one loop: no temporaries, the same float32 (or bfloat16,
+// rounded after each op as ATen does) arithmetic in the same order as apply_rope.
+// x: float32 or bfloat16 [T, H, D] with unit stride in D; cos, sin: float32 [T, D] contiguous.
+void apply_rope_(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
 }  // namespace lorakv::kernels

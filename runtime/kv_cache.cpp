@@ -1,6 +1,8 @@
 // runtime/kv_cache.cpp: the contiguous per-sequence KV cache.
 #include "runtime/kv_cache.h"
 
+#include <cstdint>
+
 #include "common/errors.h"
 
 namespace lorakv::runtime {
@@ -22,14 +24,17 @@ void ContiguousKvCache::grow(LayerRows& rows, int64_t needed) const {
   at::Tensor k = at::empty({num_kv_heads_, new_capacity, head_dim_}, opts);
   at::Tensor v = at::empty({num_kv_heads_, new_capacity, head_dim_}, opts);
   at::Tensor pos = at::empty({new_capacity}, at::kLong);
+  at::Tensor pos32 = at::empty({num_kv_heads_, new_capacity}, at::kInt);
   if (rows.size > 0) {
     k.narrow(1, 0, rows.size).copy_(rows.k.narrow(1, 0, rows.size));
     v.narrow(1, 0, rows.size).copy_(rows.v.narrow(1, 0, rows.size));
     pos.narrow(0, 0, rows.size).copy_(rows.positions.narrow(0, 0, rows.size));
+    pos32.narrow(1, 0, rows.size).copy_(rows.positions_i32.narrow(1, 0, rows.size));
   }
   rows.k = k;
   rows.v = v;
   rows.positions = pos;
+  rows.positions_i32 = pos32;
 }
 
 void ContiguousKvCache::append(SeqId seq, int64_t layer, const at::Tensor& k, const at::Tensor& v,
@@ -44,6 +49,15 @@ void ContiguousKvCache::append(SeqId seq, int64_t layer, const at::Tensor& k, co
   rows.k.narrow(1, rows.size, t).copy_(k.transpose(0, 1));
   rows.v.narrow(1, rows.size, t).copy_(v.transpose(0, 1));
   rows.positions.narrow(0, rows.size, t).copy_(positions);
+  const at::Tensor p = positions.contiguous();
+  const int64_t capacity = rows.positions_i32.size(1);
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t value = p.data_ptr<int64_t>()[i];
+    LORAKV_ASSERT(value >= 0 && value <= INT32_MAX, "position " << value << " does not fit int32");
+    for (int64_t h = 0; h < num_kv_heads_; ++h) {
+      rows.positions_i32.data_ptr<int32_t>()[h * capacity + rows.size + i] = static_cast<int32_t>(value);
+    }
+  }
   rows.size += t;
 }
 
@@ -51,7 +65,8 @@ KvView ContiguousKvCache::view(SeqId seq, int64_t layer) const {
   auto it = seqs_.find(seq);
   LORAKV_ASSERT(it != seqs_.end() && !it->second.layers.empty(), "no rows for sequence " << seq.value());
   const LayerRows& rows = it->second.layers[static_cast<size_t>(layer)];
-  return {rows.k.narrow(1, 0, rows.size), rows.v.narrow(1, 0, rows.size), rows.positions.narrow(0, 0, rows.size)};
+  return {rows.k.narrow(1, 0, rows.size), rows.v.narrow(1, 0, rows.size), rows.positions.narrow(0, 0, rows.size),
+          rows.positions_i32.narrow(1, 0, rows.size)};
 }
 
 void ContiguousKvCache::commit(SeqId seq) {

@@ -17,6 +17,9 @@ struct KvView {
   at::Tensor k;          // float [num_kv_heads, N, head_dim], after RoPE
   at::Tensor v;          // float [num_kv_heads, N, head_dim]
   at::Tensor positions;  // int64 [N]: each row's token position
+  // int32 [num_kv_heads, N] (a view of [num_kv_heads, capacity]): the same positions once
+  // per KV head, laid out as the fused attention kernel reads a block's positions.
+  at::Tensor positions_i32;
 };
 
 class KvCache {
@@ -54,7 +57,8 @@ class ContiguousKvCache final : public KvCache {
  private:
   struct LayerRows {
     at::Tensor k, v;       // [num_kv_heads, capacity, head_dim]
-    at::Tensor positions;  // int64 [capacity]
+    at::Tensor positions;      // int64 [capacity]
+    at::Tensor positions_i32;  // int32 [num_kv_heads, capacity]
     int64_t size = 0;      // rows written, committed or not
   };
   struct SeqRows {

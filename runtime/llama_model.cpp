@@ -8,6 +8,7 @@
 #include "common/errors.h"
 #include "formats/gguf_file.h"
 #include "kernels/attention.h"
+#include "runtime/layer_attention.h"
 #include "kernels/rope.h"
 
 namespace lorakv::runtime {
@@ -177,19 +178,20 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
     at::Tensor q = qkv.narrow(1, 0, q_dim).view({total, c.num_heads, c.head_dim});
     at::Tensor k = qkv.narrow(1, q_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
     at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
-    q = kernels::apply_rope(q, cos, sin);
-    k = kernels::apply_rope(k, cos, sin);
+    kernels::apply_rope_(q, cos, sin);  // in place, in the qkv buffer
+    kernels::apply_rope_(k, cos, sin);
 
     at::Tensor attn = at::empty({total, c.num_heads, c.head_dim}, q.options());
+    std::vector<SequenceAttention> seqs;
+    seqs.reserve(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       const int64_t begin = offsets[i], len = offsets[i + 1] - begin;
       cache.append(batch[i].seq, l, k.narrow(0, begin, len), v.narrow(0, begin, len), pos_tensor.narrow(0, begin, len));
-      KvView kv = cache.view(batch[i].seq, l);
-      attn.narrow(0, begin, len)
-          .copy_(kernels::causal_attention(
-              {q.narrow(0, begin, len), kv.k, kv.v, pos_tensor.narrow(0, begin, len), kv.positions, scale,
-               c.sliding_window}));
+      seqs.push_back({q.narrow(0, begin, len), pos_tensor.narrow(0, begin, len), cache.view(batch[i].seq, l),
+                      attn.narrow(0, begin, len)});
     }
+    // Every sequence in one call of the fused kernel.
+    attend_sequences(seqs, c.num_heads, c.num_kv_heads, c.head_dim, scale, c.sliding_window);
     hidden.add_(project(attn.view({total, q_dim}), l, w.o, {Module::kO}, plan));
 
     x = kernels::rms_norm(hidden, w.mlp_norm, c.rms_norm_eps);

@@ -37,6 +37,9 @@ class Sampler {
   SampledToken sample(const at::Tensor& logits, const std::vector<int32_t>& context);
 
  private:
+  // Temperature, top-k, top-p and the draw over (penalised) logits `x`, modified in place.
+  int64_t draw(std::vector<float>& x);
+
   SamplingOptions options_;
   std::mt19937_64 rng_;
 };

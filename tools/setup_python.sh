@@ -25,9 +25,19 @@ case "$profile" in
     LOCK="$LORAKV_ROOT/tools/requirements-bench.lock"
     link="$LORAKV_ROOT/.venv-bench"
     imports="matplotlib, llama_cpp"
-    # The benchmark races the best llama.cpp this CPU can run.
+    # The benchmark races the best llama.cpp this CPU can run: -march=native, except on CPUs
+    # with AMX, where ggml's AMX matmul (0.3.36) dies of SIGILL at its first tile load on
+    # these machines; there every other extension the CPU lists is turned on by name.
     cmake_args="-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
-    machine_id=$(grep -m2 -E '^(model name|flags)' /proc/cpuinfo 2>/dev/null || true)
+    cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+    if [[ "$cpu_flags" == *" amx_int8 "* ]]; then
+      cmake_args="-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+      for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C avx_vnni:AVX_VNNI avx512f:AVX512 avx512vbmi:AVX512_VBMI \
+                  avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 bmi2:BMI2; do
+        if [[ "$cpu_flags" == *" ${pair%%:*} "* ]]; then cmake_args+=" -DGGML_${pair##*:}=ON"; fi
+      done
+    fi
+    machine_id="$(grep -m2 -E '^(model name|flags)' /proc/cpuinfo 2>/dev/null || true) $cmake_args"
     ;;
   *) die "unknown environment '$profile' (use: test or bench)" ;;
 esac

@@ -15,7 +15,6 @@ struct QuantGemvArgs {
   const float* x = nullptr;     // float32 [m, ldx]: the first w.cols of each row are read
   int64_t m = 0;                // rows of x
   int64_t ldx = 0;
-  const float* xsum = nullptr;  // float32 [m, w.blocks_per_row()]: each x row's block sums (kQ4's m term)
   float* y = nullptr;           // float32 [m, ldy]: columns [row_begin, row_end) written
   int64_t ldy = 0;
 };

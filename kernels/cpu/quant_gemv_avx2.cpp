@@ -13,6 +13,7 @@ namespace {
 
 struct Vec {
   using R = __m256;
+  static constexpr int kNumRegs = 16;
   static constexpr int kW = 8;
   static R zero() { return _mm256_setzero_ps(); }
   static R set1(float x) { return _mm256_set1_ps(x); }

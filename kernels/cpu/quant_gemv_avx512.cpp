@@ -18,6 +18,7 @@ namespace {
 
 struct Vec {
   using R = __m512;
+  static constexpr int kNumRegs = 32;
   static constexpr int kW = 16;
   static R zero() { return _mm512_setzero_ps(); }
   static R set1(float x) { return _mm512_set1_ps(x); }

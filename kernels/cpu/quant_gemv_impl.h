@@ -1,6 +1,6 @@
 // kernels/cpu/quant_gemv_impl.h: the block loop of the quantised GEMV, written once over a
 // vector type V that each path file defines in an anonymous namespace (so every path's
-// copy has internal linkage). V provides R, kW (floats per register), zero, set1, load,
+// copy has internal linkage). V provides R, kW (floats per register), kNumRegs, zero, set1, load,
 // mul, fma, hsum, add_lane0, half (one half value to float), load_half (kW of them), and
 // unpack_q4 / unpack_q8 (one 32-element block's codes to 32 / kW registers of floats, in
 // element order).
@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/quant_gemv.h"
 
@@ -22,49 +23,95 @@ struct QuantGemv {
   static constexpr int kW = V::kW;
   static constexpr int kRegs = static_cast<int>(kQuantBlock) / kW;  // registers per block
   static constexpr int kRowTile = 4;                                  // x rows per pass
+  // Codes are prefetched this far ahead of the block being read (rows are contiguous, so
+  // it runs across row ends): the hardware prefetcher alone left batch-1 decode at about
+  // half the streaming bandwidth.
+  static constexpr int64_t kPrefetchBytes = 1024;
 
   static void run(const QuantGemvArgs& a, int64_t row_begin, int64_t row_end) {
+    const int64_t nb = a.w.blocks_per_row();
+    // kQ4's min term needs each x row's block sums: m x cols additions, computed by each
+    // thread for itself (cheaper than a separate pass and a barrier).
+    thread_local std::vector<float> xsum;
+    if (a.w.format == QuantFormat::kQ4) {
+      xsum.resize(static_cast<size_t>(a.m * nb));
+      for (int64_t i = 0; i < a.m; ++i) {
+        for (int64_t b = 0; b < nb; ++b) {
+          const float* xb = a.x + i * a.ldx + b * kQuantBlock;
+          float s = 0;
+          for (int64_t j = 0; j < kQuantBlock; ++j) s += xb[j];
+          xsum[static_cast<size_t>(i * nb + b)] = s;
+        }
+      }
+    }
     for (int64_t i = 0; i < a.m; i += kRowTile) {
       switch (a.m - i >= kRowTile ? kRowTile : a.m - i) {
-        case 4: rows<4>(a, i, row_begin, row_end); break;
-        case 3: rows<3>(a, i, row_begin, row_end); break;
-        case 2: rows<2>(a, i, row_begin, row_end); break;
-        default: rows<1>(a, i, row_begin, row_end); break;
+        case 4: rows<4>(a, xsum.data(), i, row_begin, row_end); break;
+        case 3: rows<3>(a, xsum.data(), i, row_begin, row_end); break;
+        case 2: rows<2>(a, xsum.data(), i, row_begin, row_end); break;
+        default: rows<1>(a, xsum.data(), i, row_begin, row_end); break;
       }
     }
   }
 
  private:
+  // Weight rows per tile: two independent accumulator chains per x row (one FMA chain per
+  // register was latency-bound at batch 1), fewer where the registers would not hold them.
+  static constexpr int weight_rows_for(int mt) { return 2 * (mt + kRegs) + 2 <= V::kNumRegs ? 2 : 1; }
+  // Blocks whose scales are converted to float at once, ahead of their loop.
+  static constexpr int64_t kScaleChunk = 32;
+
   template <int MT>
-  static void rows(const QuantGemvArgs& a, int64_t i0, int64_t row_begin, int64_t row_end) {
+  static void rows(const QuantGemvArgs& a, const float* xsum, int64_t i0, int64_t row_begin, int64_t row_end) {
+    constexpr int kRt = weight_rows_for(MT);
+    int64_t r = row_begin;
+    for (; r + kRt <= row_end; r += kRt) tile<MT, kRt>(a, xsum, i0, r);
+    for (; r < row_end; ++r) tile<MT, 1>(a, xsum, i0, r);
+  }
+
+  // y[i0 + t, r0 + rr] for MT x rows and RT weight rows.
+  template <int MT, int RT>
+  static void tile(const QuantGemvArgs& a, const float* xsum, int64_t i0, int64_t r0) {
     const QuantMatrixView& w = a.w;
     const int64_t nb = w.blocks_per_row();
-    const int64_t code_bytes = w.code_bytes_per_row();
     const bool q4 = w.format == QuantFormat::kQ4;
+    const int64_t block_bytes = q4 ? kQuantBlock / 2 : kQuantBlock;
     const float* x[MT];
     for (int t = 0; t < MT; ++t) x[t] = a.x + (i0 + t) * a.ldx;
-    for (int64_t r = row_begin; r < row_end; ++r) {
-      const uint8_t* codes = w.codes + r * code_bytes;
-      const uint16_t* scales = w.scales + r * nb;
-      R acc[MT];
-      for (int t = 0; t < MT; ++t) acc[t] = V::zero();
-      for (int64_t b = 0; b < nb; ++b) {
-        R q[kRegs];
-        if (q4) {
-          V::unpack_q4(codes + b * (kQuantBlock / 2), q);
-        } else {
-          V::unpack_q8(codes + b * kQuantBlock, q);
-        }
-        const R d = V::set1(V::half(scales[b]));
-        for (int t = 0; t < MT; ++t) {
-          const float* xb = x[t] + b * kQuantBlock;
-          R s = V::mul(q[0], V::load(xb));
-          for (int k = 1; k < kRegs; ++k) s = V::fma(q[k], V::load(xb + k * kW), s);
-          acc[t] = V::fma(s, d, acc[t]);
+    const uint8_t* codes[RT];
+    for (int rr = 0; rr < RT; ++rr) codes[rr] = w.codes + (r0 + rr) * nb * block_bytes;
+    R acc[RT][MT];
+    for (int rr = 0; rr < RT; ++rr) {
+      for (int t = 0; t < MT; ++t) acc[rr][t] = V::zero();
+    }
+    float d[RT][kScaleChunk];
+    for (int64_t b0 = 0; b0 < nb; b0 += kScaleChunk) {
+      const int64_t n = nb - b0 < kScaleChunk ? nb - b0 : kScaleChunk;
+      for (int rr = 0; rr < RT; ++rr) {
+        for (int64_t b = 0; b < n; ++b) d[rr][b] = V::half(w.scales[(r0 + rr) * nb + b0 + b]);
+      }
+      for (int64_t b = b0; b < b0 + n; ++b) {
+        for (int rr = 0; rr < RT; ++rr) {
+          R q[kRegs];
+          __builtin_prefetch(codes[rr] + b * block_bytes + kPrefetchBytes);
+          if (q4) {
+            V::unpack_q4(codes[rr] + b * block_bytes, q);
+          } else {
+            V::unpack_q8(codes[rr] + b * block_bytes, q);
+          }
+          const R dv = V::set1(d[rr][b - b0]);
+          for (int t = 0; t < MT; ++t) {
+            const float* xb = x[t] + b * kQuantBlock;
+            R s = V::mul(q[0], V::load(xb));
+            for (int k = 1; k < kRegs; ++k) s = V::fma(q[k], V::load(xb + k * kW), s);
+            acc[rr][t] = V::fma(s, dv, acc[rr][t]);
+          }
         }
       }
-      if (q4) add_min_terms<MT>(w.mins + r * nb, a.xsum + i0 * nb, nb, acc);
-      for (int t = 0; t < MT; ++t) a.y[(i0 + t) * a.ldy + r] = V::hsum(acc[t]);
+    }
+    for (int rr = 0; rr < RT; ++rr) {
+      if (q4) add_min_terms<MT>(w.mins + (r0 + rr) * nb, xsum + i0 * nb, nb, acc[rr]);
+      for (int t = 0; t < MT; ++t) a.y[(i0 + t) * a.ldy + r0 + rr] = V::hsum(acc[rr][t]);
     }
   }
 

@@ -36,6 +36,7 @@ namespace {
 
 struct Vec {
   using R = float;
+  static constexpr int kNumRegs = 16;
   static constexpr int kW = 1;
   static R zero() { return 0.0f; }
   static R set1(float x) { return x; }

@@ -1,0 +1,147 @@
+// bench/quant_matmul_bench.cpp: one projection y = x · W^T with the weight kept in 4- or
+// 8-bit blocks (kernels/QuantMatrix) against dense float32 and bfloat16 at::linear, for the
+// SmolLM2 shapes, M = 1 and 8 rows, on every vector path this CPU has. Many matrices of a
+// shape are cycled (more bytes than the last-level cache) so every call reads memory.
+// Reports µs per call, GB/s of weights read, share of the measured streaming bandwidth,
+// and GFLOP/s; alternates the variants per repetition (bench_common.h). CSV to --csv.
+//
+// --resident uses one matrix per shape instead, so weights stay in cache: the kernels'
+// compute limit, apart from memory.
+//
+// usage: lorakv_quant_matmul_bench [--reps 5] [--seconds 2] [--threads N] [--resident] [--csv FILE]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "common/cpu_features.h"
+#include "kernels/quant_matrix.h"
+
+namespace {
+
+using namespace lorakv;
+using namespace lorakv::bench;
+
+struct Shape {
+  const char* name;
+  int64_t rows, cols;
+};
+
+// SmolLM2-135M: fused q|k|v, o, fused gate|up, down, and the tied Q8_0 output head.
+const Shape kShapes[] = {{"qkv", 960, 576},   {"o", 576, 576},        {"gate_up", 3072, 576},
+                         {"down", 576, 1536}, {"lm_head", 49152, 576}};
+
+struct Options {
+  int reps = 5;
+  double seconds = 2.0;
+  int threads = 0;
+  bool resident = false;  // one matrix per shape: weights come from cache (the compute limit)
+  std::string csv = LORAKV_BENCH_RESULTS_DIR "/quant_matmul.csv";
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--reps") o.reps = std::stoi(next());
+    else if (a == "--seconds") o.seconds = std::stod(next());
+    else if (a == "--threads") o.threads = std::stoi(next());
+    else if (a == "--csv") o.csv = next();
+    else if (a == "--resident") o.resident = true;
+    else throw std::runtime_error("unknown option " + a + " (usage at the top of bench/quant_matmul_bench.cpp)");
+  }
+  return o;
+}
+
+// `count` random matrices of one shape in every form, cycled by the variants.
+struct Matrices {
+  std::vector<at::Tensor> f32, bf16;
+  std::vector<kernels::QuantMatrix> quant;
+};
+
+Matrices make_matrices(const Shape& s, kernels::QuantFormat format, int64_t count) {
+  Matrices m;
+  for (int64_t i = 0; i < count; ++i) {
+    const at::Tensor w = at::randn({s.rows, s.cols}) * 0.05;
+    m.f32.push_back(w);
+    m.bf16.push_back(w.to(at::kBFloat16));
+    m.quant.push_back(kernels::QuantMatrix::quantize(w, format));
+  }
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    if (o.threads > 0) at::set_num_threads(o.threads);
+    const cpu::CpuFeatures& cpu_features = cpu::detected_cpu_features();
+    const double stream = stream_read_gbps(int64_t{512} << 20, 5);
+    const int64_t llc = last_level_cache_bytes();
+    std::printf("machine: %s (%s), %d threads, streaming read %.1f GB/s, last-level cache %lld MiB\n",
+                cpu::cpu_model_name().c_str(), cpu::describe_features(cpu_features).c_str(), at::get_num_threads(),
+                stream, static_cast<long long>(llc >> 20));
+    std::printf("device: cpu; activations float32; weights q4 (GGUF Q4_1 blocks) or q8 (lm_head, Q8_0) vs dense\n");
+    std::ofstream csv(o.csv);
+    csv << "cpu,threads,resident,shape,rows,cols,m,variant,us_per_call,us_min,us_max,weight_bytes,gbps,share_of_stream,gflops\n";
+    for (const Shape& s : kShapes) {
+      const kernels::QuantFormat format =
+          std::string(s.name) == "lm_head" ? kernels::QuantFormat::kQ8 : kernels::QuantFormat::kQ4;
+      // Enough copies that the float32 set is 4x the last-level cache (at least 2).
+      const int64_t f32_bytes = s.rows * s.cols * 4;
+      const int64_t count =
+          o.resident ? 1 : std::max<int64_t>(2, std::min<int64_t>(64, 4 * llc / f32_bytes + 1));
+      const Matrices mats = make_matrices(s, format, count);
+      for (int64_t m : {1, 8}) {
+        const at::Tensor x = at::randn({m, s.cols});
+        const at::Tensor xb = x.to(at::kBFloat16);
+        std::vector<Variant> vs;
+        auto add = [&](const std::string& name, double bytes, std::function<void(int64_t)> fn) {
+          Variant v;
+          v.name = name;
+          v.layers = count;
+          v.fn = std::move(fn);
+          v.bytes = bytes;
+          v.flops = 2.0 * double(m) * double(s.rows) * double(s.cols);
+          vs.push_back(std::move(v));
+        };
+        add("dense_f32", double(f32_bytes), [&](int64_t i) { (void)at::linear(x, mats.f32[i]); });
+        add("dense_bf16", double(f32_bytes) / 2, [&](int64_t i) { (void)at::linear(xb, mats.bf16[i]); });
+        for (cpu::VectorPath p : cpu::supported_vector_paths(cpu_features)) {
+          if (p == cpu::VectorPath::kScalar && s.rows > 4096) continue;  // minutes per call set
+          add(std::string(kernels::quant_format_name(format)) + "_" + cpu::vector_path_name(p),
+              double(mats.quant[0].nbytes()), [&, p](int64_t i) { (void)mats.quant[i].linear(x, p); });
+        }
+        time_alternating(vs, o.seconds * double(vs.size()), o.reps);
+        for (Variant& v : vs) {
+          const double t = median(v.per_call);
+          const double lo = *std::min_element(v.per_call.begin(), v.per_call.end());
+          const double hi = *std::max_element(v.per_call.begin(), v.per_call.end());
+          const double gbps = v.bytes / t / 1e9;
+          std::printf("%-8s M=%lld %-12s %9.1f us  %6.2f GB/s (%3.0f%% of stream)  %6.1f GFLOP/s\n", s.name,
+                      static_cast<long long>(m), v.name.c_str(), t * 1e6, gbps, 100 * gbps / stream,
+                      v.flops / t / 1e9);
+          csv << '"' << cpu::cpu_model_name() << "\"," << at::get_num_threads() << ',' << o.resident << ',' << s.name << ',' << s.rows
+              << ',' << s.cols << ',' << m << ',' << v.name << ',' << t * 1e6 << ',' << lo * 1e6 << ',' << hi * 1e6
+              << ',' << v.bytes << ',' << gbps << ',' << gbps / stream << ',' << v.flops / t / 1e9 << '\n';
+        }
+      }
+    }
+    std::printf("csv: %s\n", o.csv.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lorakv_quant_matmul_bench: %s\n", e.what());
+    return 1;
+  }
+}
