@@ -2,7 +2,10 @@
 // the work is two GEMMs per segment, so the dispatch is ATen's).
 #include "kernels/lora.h"
 
+#include <ATen/Parallel.h>
+
 #include "common/errors.h"
+#include "kernels/cpu/lora_rows.h"
 
 namespace lorakv::kernels {
 
@@ -31,7 +34,23 @@ LoraStackCache::Stack stack_factors(const std::vector<LoraSegment>& segments) {
     as.push_back(s.a);
     bs.push_back(s.b);
   }
-  return {at::stack(as), at::stack(bs)};
+  LoraStackCache::Stack stack{at::stack(as), at::stack(bs), {}, {}};
+  if (stack.a.scalar_type() == at::kFloat && stack.a.device().is_cpu()) {
+    stack.a_t = stack.a.transpose(1, 2).contiguous();
+    stack.b_t = stack.b.transpose(1, 2).contiguous();
+  }
+  return stack;
+}
+
+// One row per segment, float32 on the CPU: plain loops over the cached transposed factors
+// (kernels/cpu/lora_rows.h), no ATen op per projection.
+void lora_add_rows(at::Tensor& out, const at::Tensor& x, const std::vector<int64_t>& rows,
+                   const LoraStackCache::Stack& stack) {
+  const cpu::LoraRowsArgs args{x.data_ptr<float>(), x.stride(0), x.size(1), out.data_ptr<float>(), out.stride(0),
+                               out.size(1), stack.a.size(1), rows.data(), stack.a_t.data_ptr<float>(),
+                               stack.b_t.data_ptr<float>()};
+  const int64_t n = static_cast<int64_t>(rows.size());
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) { cpu::lora_rows_update(args, begin, end); });
 }
 
 void lora_add_gathered(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments,
@@ -49,6 +68,11 @@ void lora_add_gathered(at::Tensor& out, const at::Tensor& x, const std::vector<L
   bool whole_batch = static_cast<int64_t>(rows.size()) == x.size(0);
   for (size_t i = 0; whole_batch && i < rows.size(); ++i) whole_batch = rows[i] == static_cast<int64_t>(i);
   const LoraStackCache::Stack stack = stacks ? stacks->get(segments) : stack_factors(segments);
+  if (one_row_each && stack.a_t.defined() && x.scalar_type() == at::kFloat && x.stride(1) == 1 &&
+      out.stride(1) == 1) {
+    lora_add_rows(out, x, rows, stack);
+    return;
+  }
   at::Tensor a = stack.a;  // [segments, r, in]
   at::Tensor b = stack.b;  // [segments, out, r]
   if (!one_row_each) {

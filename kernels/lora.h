@@ -36,8 +36,10 @@ class LoraStackCache {
  public:
   static constexpr size_t kEntries = 2;
   struct Stack {
-    at::Tensor a;  // [segments, r, in]
-    at::Tensor b;  // [segments, out, r]
+    at::Tensor a;    // [segments, r, in]
+    at::Tensor b;    // [segments, out, r]
+    at::Tensor a_t;  // [segments, in, r] contiguous, float32 only (the single-row loops)
+    at::Tensor b_t;  // [segments, r, out] contiguous, float32 only
   };
   // The stack of `segments`' factors, built on a miss.
   Stack get(const std::vector<LoraSegment>& segments);

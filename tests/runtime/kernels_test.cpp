@@ -159,6 +159,38 @@ TEST(LoraAdd, RowsOutsideTheBatchAreInvalidArgumentErrors) {
   EXPECT_NE(call({c.indices({0}), c.indices({1}), wide}), "");
 }
 
+// The decode path of a mixed batch (one row per adapter) keeps its stacked factors across
+// calls: the same adapters hit the cache (no new stack), another set misses, and the
+// result equals each row's x A^T B^T computed directly, also into a column view of a wider
+// output (the fused q|k|v projection's layout).
+TEST(LoraAdd, StacksAreKeptAcrossCallsAndRowsMatchTheirOwnAdapter) {
+  at::manual_seed(11);
+  const int64_t n = 4, in = 40, out_dim = 24, rank = 8;
+  const at::Tensor x = at::randn({n, in});
+  std::vector<at::Tensor> as, bs;
+  std::vector<kernels::LoraSegment> segments;
+  for (int64_t i = 0; i < n; ++i) {
+    as.push_back(at::randn({rank, in}));
+    bs.push_back(at::randn({out_dim, rank}));
+    segments.push_back({{0, 0, at::tensor(std::vector<int64_t>{n - 1 - i}, at::kLong)}, as.back(), bs.back()});
+  }
+  kernels::LoraStackCache cache;
+  at::Tensor wide = at::zeros({n, out_dim + 10});
+  at::Tensor columns = wide.narrow(1, 5, out_dim);
+  kernels::lora_add(columns, x, segments, &cache);
+  kernels::lora_add(columns, x, segments, &cache);  // twice: the update is applied twice
+  EXPECT_EQ(cache.builds(), 1);
+  for (int64_t i = 0; i < n; ++i) {
+    const at::Tensor expected = at::matmul(at::matmul(x[n - 1 - i], as[i].t()), bs[i].t()) * 2;
+    EXPECT_TRUE(at::allclose(columns[n - 1 - i], expected, 1e-4, 1e-4)) << "row " << n - 1 - i;
+  }
+  EXPECT_EQ(wide.narrow(1, 0, 5).abs().sum().item<float>(), 0.0f);  // nothing outside the view
+  std::vector<kernels::LoraSegment> other = segments;
+  std::swap(other[0].a, other[1].a);
+  kernels::lora_add(columns, x, other, &cache);
+  EXPECT_EQ(cache.builds(), 2);
+}
+
 TEST(Attention, BadShapesAreInvalidArgumentErrors) {
   const int64_t dim = 8;
   const at::Tensor q = at::randn({3, 4, dim}), k = at::randn({2, 5, dim}), v = at::randn({2, 5, dim});
