@@ -20,7 +20,9 @@
 //
 // usage: generate_bench --model FILE [--python PY] [--llama-python PY] [--threads N]
 //          [--prompt-tokens 512] [--decode-tokens 32] [--batch 8] [--reps 5]
-//          [--sides lorakv_native,lorakv_bfloat16,lorakv_float32,llama_cpp,transformers]
+//          [--sides lorakv_native,lorakv_native_bf16,lorakv_bfloat16,lorakv_float32,llama_cpp,transformers]
+// (lorakv_native_bf16: native weights with bfloat16 activations; the other lorakv sides
+// compute in float32)
 //          [--adapters-dir DIR] [--csv FILE] [--png FILE]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -58,7 +60,7 @@ struct Options {
   std::string model;
   std::string python;        // the test environment's Python (transformers, peft)
   std::string llama_python;  // the benchmark environment's Python (llama.cpp built for this CPU)
-  std::string sides = "lorakv_native,lorakv_bfloat16,lorakv_float32,llama_cpp,transformers";
+  std::string sides = "lorakv_native,lorakv_native_bf16,lorakv_bfloat16,lorakv_float32,llama_cpp,transformers";
   std::string adapters_dir = LORAKV_BENCH_RESULTS_DIR "/generate_adapters";
   std::string csv = LORAKV_BENCH_RESULTS_DIR "/generate_cpu.csv";
   std::string png;  // default: the CSV's name with .png
@@ -286,12 +288,19 @@ int run(const Options& o) {
   // lorakv sides, one model per weight form.
   std::map<std::string, LorakvSide> lorakv;
   std::vector<std::vector<int32_t>> prompts;
-  const std::pair<const char*, WeightForm> forms[] = {
-      {"lorakv_native", WeightForm::kNative}, {"lorakv_bfloat16", WeightForm::kBFloat16}, {"lorakv_float32", WeightForm::kFloat32}};
+  struct Form {
+    const char* name;
+    WeightForm form;
+    at::ScalarType activations;
+  };
+  const Form forms[] = {{"lorakv_native", WeightForm::kNative, at::kFloat},
+                        {"lorakv_native_bf16", WeightForm::kNative, at::kBFloat16},
+                        {"lorakv_bfloat16", WeightForm::kBFloat16, at::kFloat},
+                        {"lorakv_float32", WeightForm::kFloat32, at::kFloat}};
   double params = 0;
-  for (const auto& [name, form] : forms) {
+  for (const auto& [name, form, activations] : forms) {
     if (!wanted(o, name)) continue;
-    lorakv::runtime::LoadedModel loaded = lorakv::runtime::load_model(o.model, at::kFloat, form);
+    lorakv::runtime::LoadedModel loaded = lorakv::runtime::load_model(o.model, activations, form);
     if (prompts.empty()) prompts = make_prompts(*loaded.tokenizer, o.prompt_tokens, o.batch);
     const auto& c = loaded.model->config();
     params = static_cast<double>(c.num_layers) *
@@ -329,7 +338,8 @@ int run(const Options& o) {
     s.name = name;
     s.description = "lorakv, weights " + std::string(lorakv::runtime::weight_form_name(model->weights().form)) + " (" +
                     model->weights().layers[0].qkv.form_name() + " projections, " +
-                    model->weights().embed_tokens.form_name() + " output head), float32 activations";
+                    model->weights().embed_tokens.form_name() + " output head), " +
+                    (model->dtype() == at::kFloat ? "float32" : "bfloat16") + " activations";
     s.bytes_per_token = static_cast<double>(model->weights().num_bytes);
     s.params = params;
     s.prefill = [model, &prompts] {

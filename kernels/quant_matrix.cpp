@@ -180,6 +180,11 @@ at::Tensor QuantMatrix::linear_direct(const at::Tensor& x, features::VectorPath 
   return x.scalar_type() == at::kFloat ? y : y.to(x.scalar_type());
 }
 
+bool QuantMatrix::bf16_gemm_is_native() {
+  return features::selected_vector_path() >= features::VectorPath::kAvx512 &&
+         features::detected_cpu_features().avx512_bf16;
+}
+
 at::Tensor QuantMatrix::linear_panels(const at::Tensor& x) const {
   const QuantMatrixView v = view();
   float* w = panel_scratch(rows_ * cols_);
@@ -188,6 +193,7 @@ at::Tensor QuantMatrix::linear_panels(const at::Tensor& x) const {
   });
   const at::Tensor wf = at::from_blob(w, {rows_, cols_}, at::kFloat);  // float32 [rows, cols], borrowed
   if (x.scalar_type() == at::kFloat) return at::matmul(x, wf.t());
+  if (bf16_gemm_is_native()) return at::matmul(x, wf.to(at::kBFloat16).t());
   return at::matmul(x.to(at::kFloat), wf.t()).to(x.scalar_type());
 }
 

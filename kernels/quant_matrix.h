@@ -63,12 +63,18 @@ class QuantMatrix {
 
   // y = x · W^T: x float32 or bfloat16 [M, cols] (rows may be strided), y [M, rows] in
   // x's dtype. Small M (decode) reads the blocks directly in vector code chosen at run
-  // time (`path`, default the process's); large M (prefill) dequantises W in row panels
-  // and multiplies them with ATen's GEMM, whose compute dominates then.
+  // time (`path`, default the process's); large M (prefill) dequantises W and multiplies
+  // with ATen's GEMM, whose compute dominates then: in float32, or for bfloat16 x in
+  // bfloat16 where bf16_gemm_is_native() (W's values then rounded to bfloat16).
   at::Tensor linear(const at::Tensor& x) const;
   at::Tensor linear(const at::Tensor& x, ::lorakv::cpu::VectorPath path) const;
   // The M at or below which linear() reads the blocks directly.
   static constexpr int64_t kDirectMaxRows = 16;
+  // Whether bfloat16 GEMMs run on bfloat16 hardware here (AVX-512-BF16 on the selected
+  // AVX-512 path). Without it ATen's bfloat16 GEMM takes a slow path (prefill several times
+  // slower than float32 on AVX2-only CPUs), so bfloat16 prefill multiplies in float32 and
+  // rounds the result once instead. LORAKV_CPU_PATH=avx2 forces that route for comparison.
+  static bool bf16_gemm_is_native();
 
  private:
   at::Tensor linear_direct(const at::Tensor& x, ::lorakv::cpu::VectorPath path) const;

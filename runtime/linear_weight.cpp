@@ -40,6 +40,14 @@ at::Tensor LinearWeight::linear(const at::Tensor& x) const {
     return y;
   }
   LORAKV_ASSERT(dense.defined(), "linear() on an empty weight");
+  // bfloat16 GEMMs of many rows without bfloat16 hardware: multiply in float32 instead
+  // (kernels::QuantMatrix::bf16_gemm_is_native() says why).
+  if (dense.scalar_type() == at::kBFloat16 && x.size(0) > kernels::QuantMatrix::kDirectMaxRows &&
+      !kernels::QuantMatrix::bf16_gemm_is_native()) {
+    const at::Tensor xf = x.to(at::kFloat);
+    at::Tensor y = at::linear(xf, dense.to(at::kFloat), bias.defined() ? bias.to(at::kFloat) : at::Tensor());
+    return y.to(x.scalar_type());
+  }
   if (dense.scalar_type() == x.scalar_type()) {
     return bias.defined() ? at::linear(x, dense, bias) : at::linear(x, dense);
   }
