@@ -11,7 +11,8 @@ test:
 build:
 	bash tools/build.sh
 
-# The fused-attention benchmark (outside `make test`; LORAKV_BENCH_ARGS passes options,
+# A benchmark (outside `make test`): LORAKV_BENCH=attention (default), generate or quant;
+# LORAKV_BENCH_ARGS passes options,
 # e.g. --quick). Run it on an idle machine.
 bench:
 	bash tools/bench.sh

@@ -19,7 +19,7 @@ WeightForm parse_weight_form(const std::string& name) {
   if (name == "bfloat16" || name == "bf16") return WeightForm::kBFloat16;
   if (name == "float32" || name == "f32") return WeightForm::kFloat32;
   throw ConfigError("unknown weight form",
-                    {"", "weights", "native, bfloat16 or float32", name,
+                    {"", "weights", "native, bfloat16 or float32", "'" + name + "'",
                      "native keeps a GGUF file's quantised blocks (fastest); float32 is exact"});
 }
 

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # tools/bench.sh: sets everything up (as make test does, plus the benchmark environment with
-# matplotlib) and runs the fused-attention benchmark over the full grid, or with the
-# arguments in LORAKV_BENCH_ARGS (for example "--quick", or "--shapes smol --agents 8").
-# Results: build/bench_results/lora_attention.{csv,png}. Run it on an idle machine: any other
+# matplotlib and llama.cpp built for this CPU) and runs one benchmark, chosen by LORAKV_BENCH:
+#   attention (default)  the fused attention over the full grid -> lora_attention.{csv,png}
+#   generate             prefill/decode of every weight form vs llama.cpp and transformers
+#                        -> generate_cpu.{csv,png}
+#   quant                one projection from 4/8-bit blocks vs dense -> quant_matmul.csv
+# with the arguments in LORAKV_BENCH_ARGS (for example "--quick" for attention, "--reps 3"
+# for generate). Results go to build/bench_results/. Run it on an idle machine: any other
 # load (a build, a second benchmark) changes every figure.
 source "$(dirname "$0")/common.sh"
 
@@ -11,4 +15,14 @@ phase "python environment" bash "$LORAKV_ROOT/tools/setup_python.sh"
 phase "benchmark python environment" bash "$LORAKV_ROOT/tools/setup_python.sh" bench
 phase "build" bash "$LORAKV_ROOT/tools/build.sh"
 # shellcheck disable=SC2086  # LORAKV_BENCH_ARGS is a list of options
-phase "fused attention benchmark" "$LORAKV_BUILD_DIR/bench/lorakv_lora_attention_bench" ${LORAKV_BENCH_ARGS:-}
+case "${LORAKV_BENCH:-attention}" in
+  attention)
+    phase "fused attention benchmark" "$LORAKV_BUILD_DIR/bench/lorakv_lora_attention_bench" ${LORAKV_BENCH_ARGS:-} ;;
+  generate)
+    phase "generate benchmark" "$LORAKV_BUILD_DIR/bench/generate_bench" --model "$LORAKV_MODEL_FILE" \
+      --python "$LORAKV_VENV/bin/python" --llama-python "$LORAKV_ROOT/.venv-bench/bin/python" --threads 2 \
+      ${LORAKV_BENCH_ARGS:-} ;;
+  quant)
+    phase "quantised projection benchmark" "$LORAKV_BUILD_DIR/bench/lorakv_quant_matmul_bench" ${LORAKV_BENCH_ARGS:-} ;;
+  *) die "unknown LORAKV_BENCH '${LORAKV_BENCH}' (use: attention, generate or quant)" ;;
+esac

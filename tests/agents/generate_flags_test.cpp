@@ -67,7 +67,7 @@ Outcome run(const std::vector<std::string>& args) {
 
 TEST(GenerateFlags, ControlValidFlagsReachTheModelLoad) {
   const Outcome o = run(junk_args({"--prompt", "hi", "--adapter", "planner=" + paths().adapter_dir, "--use", "planner",
-                                   "--chat", "--chat-format", "chatml", "--dtype", "bf16", "--stop", ".", "--top-p",
+                                   "--chat", "--chat-format", "chatml", "--dtype", "bf16", "--weights", "float32", "--stop", ".", "--top-p",
                                    "0.5", "--max-tokens", "3"}));
   EXPECT_EQ(o.error_type, "ModelLoadError") << o.message;
 }
@@ -131,6 +131,7 @@ TEST(GenerateFlags, EveryBadValueIsAConfigErrorNamingFlagAndValue) {
       {{"--prompt", "hi", "--repetition-penalty", "0"}, "[--repetition-penalty]", "'0'"},
       {{"--prompt", "hi", "--seed", "x"}, "[--seed]", "'x'"},
       {{"--prompt", "hi", "--dtype", "f16"}, "[--dtype]", "'f16'"},
+      {{"--prompt", "hi", "--weights", "q4"}, "[--weights]", "'q4'"},
       {{"--prompt", "hi", "--chat", "--chat-format", "bogus"}, "[--chat-format]", "'bogus'"},
       {{"--prompt", "hi", "--chat-format", "chatml"}, "[--chat-format]", "--chat"},
       {{"--prompt", "hi", "--log-level", "loud"}, "[--log-level]", "'loud'"},
