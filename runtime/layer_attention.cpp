@@ -2,6 +2,7 @@
 #include "runtime/layer_attention.h"
 
 #include "common/errors.h"
+#include "kernels/attention.h"
 #include "kernels/lora_attention.h"
 
 namespace lorakv::runtime {
@@ -18,6 +19,12 @@ kernels::ElementType element_type(const at::Tensor& t) {
 
 void attend_sequences(const std::vector<SequenceAttention>& seqs, int64_t num_heads, int64_t num_kv_heads,
                       int64_t head_dim, double scale, int64_t window) {
+  if (head_dim % 32 != 0 || head_dim > 256) {
+    for (const SequenceAttention& s : seqs) {
+      s.out.copy_(kernels::causal_attention({s.q, s.kv.k, s.kv.v, s.q_positions, s.kv.positions, scale, window}));
+    }
+    return;
+  }
   const size_t n = seqs.size();
   // The views the kernel reads; they point into these vectors, sized once.
   std::vector<kernels::PagedStorage> storage(n);

@@ -22,7 +22,9 @@ struct SequenceAttention {
 };
 
 // Runs every sequence's attention in one kernel call. scale: softmax scale; window > 0: a
-// sliding window. Throws InvalidArgumentError (from the kernel) on inconsistent views.
+// sliding window. Head sizes the kernel does not take (not a multiple of 32 in 32..256: tiny
+// test models) run through kernels::causal_attention per sequence instead. Throws
+// InvalidArgumentError (from the kernel) on inconsistent views.
 void attend_sequences(const std::vector<SequenceAttention>& seqs, int64_t num_heads, int64_t num_kv_heads,
                       int64_t head_dim, double scale, int64_t window);
 

@@ -5,13 +5,7 @@
 #include "kernels/cpu/lora_attention_plan.h"
 
 #if defined(__AVX512F__)
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which -Wmaybe-uninitialized
-// (and -Wuninitialized) flag wherever they are inlined (GCC bug 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "kernels/cpu/avx512_intrinsics.h"
 #include <math.h>
 
 #include <cstdint>

@@ -4,12 +4,7 @@
 #include "kernels/cpu/quant_gemv.h"
 
 #if defined(__AVX512F__)
-// GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized when inlined (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "kernels/cpu/avx512_intrinsics.h"
 
 #include "kernels/cpu/quant_gemv_impl.h"
 
