@@ -1,6 +1,7 @@
 // bench/quant_matmul_bench.cpp: one projection y = x · W^T with the weight kept in 4- or
 // 8-bit blocks (kernels/QuantMatrix) against dense float32 and bfloat16 at::linear, for the
-// SmolLM2 shapes, M = 1 and 8 rows, on every vector path this CPU has. Many matrices of a
+// SmolLM2 shapes, M = 1 and 8 rows, on every vector path this CPU has, and against ATen's
+// CPU int4 weight-only matmul (_weight_int4pack_mm_for_cpu, group 32) on the same q4 blocks. Many matrices of a
 // shape are cycled (more bytes than the last-level cache) so every call reads memory.
 // Reports µs per call, GB/s of weights read, share of the measured streaming bandwidth,
 // and GFLOP/s; alternates the variants per repetition (bench_common.h). CSV to --csv.
@@ -67,7 +68,40 @@ Options parse(int argc, char** argv) {
 struct Matrices {
   std::vector<at::Tensor> f32, bf16;
   std::vector<kernels::QuantMatrix> quant;
+  // ATen's CPU int4 weight-only matmul on the same q4 blocks (group 32): packed codes, and
+  // scales and zeros [cols / 32, rows, 2] per activation dtype, with zero = m + 8d since
+  // ATen computes (q - 8)·scale + zero.
+  std::vector<at::Tensor> int4_packed, int4_sz_f32, int4_sz_bf16;
 };
+
+// The q4 codes of `q` as int32 [rows, cols] in element order.
+at::Tensor q4_codes(const kernels::QuantMatrix& q) {
+  const kernels::QuantMatrixView v = q.view();
+  at::Tensor out = at::empty({v.rows, v.cols}, at::kInt);
+  int32_t* o = out.data_ptr<int32_t>();
+  for (int64_t r = 0; r < v.rows; ++r) {
+    for (int64_t b = 0; b < v.blocks_per_row(); ++b) {
+      const uint8_t* c = v.codes + r * v.code_bytes_per_row() + b * 16;
+      for (int j = 0; j < 16; ++j) {
+        o[r * v.cols + b * 32 + j] = c[j] & 0x0f;
+        o[r * v.cols + b * 32 + 16 + j] = c[j] >> 4;
+      }
+    }
+  }
+  return out;
+}
+
+void add_aten_int4(Matrices& m, const kernels::QuantMatrix& q) {
+  const kernels::QuantMatrixView v = q.view();
+  const at::Tensor d = at::from_blob(const_cast<uint16_t*>(v.scales), {v.rows, v.blocks_per_row()}, at::kShort)
+                           .view(at::kHalf).to(at::kFloat);
+  const at::Tensor mn = at::from_blob(const_cast<uint16_t*>(v.mins), {v.rows, v.blocks_per_row()}, at::kShort)
+                            .view(at::kHalf).to(at::kFloat);
+  const at::Tensor sz = at::stack({d, mn + 8 * d}, 2).transpose(0, 1).contiguous();  // [nb, rows, 2]
+  m.int4_packed.push_back(at::_convert_weight_to_int4pack_for_cpu(q4_codes(q), 2));
+  m.int4_sz_f32.push_back(sz);
+  m.int4_sz_bf16.push_back(sz.to(at::kBFloat16));
+}
 
 Matrices make_matrices(const Shape& s, kernels::QuantFormat format, int64_t count) {
   Matrices m;
@@ -76,6 +110,7 @@ Matrices make_matrices(const Shape& s, kernels::QuantFormat format, int64_t coun
     m.f32.push_back(w);
     m.bf16.push_back(w.to(at::kBFloat16));
     m.quant.push_back(kernels::QuantMatrix::quantize(w, format));
+    if (format == kernels::QuantFormat::kQ4) add_aten_int4(m, m.quant.back());
   }
   return m;
 }
@@ -122,6 +157,13 @@ int main(int argc, char** argv) {
           if (p == cpu::VectorPath::kScalar && s.rows > 4096) continue;  // minutes per call set
           add(std::string(kernels::quant_format_name(format)) + "_" + cpu::vector_path_name(p),
               double(mats.quant[0].nbytes()), [&, p](int64_t i) { (void)mats.quant[i].linear(x, p); });
+        }
+        if (format == kernels::QuantFormat::kQ4) {
+          const double bytes = double(mats.quant[0].nbytes());
+          add("aten_int4_bf16", bytes,
+              [&](int64_t i) { (void)at::_weight_int4pack_mm_for_cpu(xb, mats.int4_packed[i], 32, mats.int4_sz_bf16[i]); });
+          add("aten_int4_f32", bytes,
+              [&](int64_t i) { (void)at::_weight_int4pack_mm_for_cpu(x, mats.int4_packed[i], 32, mats.int4_sz_f32[i]); });
         }
         time_alternating(vs, o.seconds * double(vs.size()), o.reps);
         for (Variant& v : vs) {
