@@ -187,14 +187,24 @@ bool QuantMatrix::bf16_gemm_is_native() {
 
 at::Tensor QuantMatrix::linear_panels(const at::Tensor& x) const {
   const QuantMatrixView v = view();
-  float* w = panel_scratch(rows_ * cols_);
-  at::parallel_for(0, rows_, 64, [&](int64_t begin, int64_t end) {
-    cpu::quant_dequantize_rows(v, begin, end, w + begin * cols_);
-  });
-  const at::Tensor wf = at::from_blob(w, {rows_, cols_}, at::kFloat);  // float32 [rows, cols], borrowed
-  if (x.scalar_type() == at::kFloat) return at::matmul(x, wf.t());
-  if (bf16_gemm_is_native()) return at::matmul(x, wf.to(at::kBFloat16).t());
-  return at::matmul(x.to(at::kFloat), wf.t()).to(x.scalar_type());
+  const bool bf16_native = x.scalar_type() == at::kBFloat16 && bf16_gemm_is_native();
+  const at::Tensor xg = x.scalar_type() == at::kFloat || bf16_native ? x : x.to(at::kFloat);  // GEMM input
+  // Panels of at most kPanelRows weight rows, so the scratch stays a few MiB even for an
+  // output head of 49152 rows (every logit of a prefill).
+  const int64_t panel = std::min(rows_, kPanelRows);
+  float* w = panel_scratch(panel * cols_);
+  at::Tensor y = at::empty({x.size(0), rows_}, xg.options());  // [M, rows] in the GEMM's dtype
+  for (int64_t r0 = 0; r0 < rows_; r0 += panel) {
+    const int64_t n = std::min(panel, rows_ - r0);
+    at::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
+      cpu::quant_dequantize_rows(v, r0 + begin, r0 + end, w + begin * cols_);
+    });
+    const at::Tensor wf = at::from_blob(w, {n, cols_}, at::kFloat);  // float32 [n, cols], borrowed
+    const at::Tensor part = at::matmul(xg, bf16_native ? wf.to(at::kBFloat16).t() : wf.t());  // [M, n]
+    if (n == rows_) return xg.scalar_type() == x.scalar_type() ? part : part.to(x.scalar_type());
+    y.narrow(1, r0, n).copy_(part);
+  }
+  return xg.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
 }
 
 }  // namespace lorakv::kernels

@@ -70,6 +70,8 @@ class QuantMatrix {
   at::Tensor linear(const at::Tensor& x, ::lorakv::cpu::VectorPath path) const;
   // The M at or below which linear() reads the blocks directly.
   static constexpr int64_t kDirectMaxRows = 16;
+  // Weight rows dequantised at a time by the GEMM path (the per-thread scratch's size).
+  static constexpr int64_t kPanelRows = 4096;
   // Whether bfloat16 GEMMs run on bfloat16 hardware here (AVX-512-BF16 on the selected
   // AVX-512 path). Without it ATen's bfloat16 GEMM takes a slow path (prefill several times
   // slower than float32 on AVX2-only CPUs), so bfloat16 prefill multiplies in float32 and

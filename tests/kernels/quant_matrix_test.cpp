@@ -119,6 +119,13 @@ TEST(QuantMatrix, LinearMatchesTheDequantisedProductOnEveryPath) {
   }
 }
 
+// More weight rows than one dequantised panel holds: the GEMM path runs panel by panel.
+TEST(QuantMatrix, ManyRowsRunInPanels) {
+  const QuantMatrix w = QuantMatrix::quantize(random_weights(QuantMatrix::kPanelRows + 40, 64, 8), QuantFormat::kQ4);
+  const at::Tensor x = at::randn({QuantMatrix::kDirectMaxRows + 4, 64});
+  expect_matches_reference(w.linear(x), x, w, "panels");
+}
+
 TEST(QuantMatrix, LinearReadsStridedAndBfloat16Inputs) {
   const QuantMatrix w = QuantMatrix::quantize(random_weights(48, 64, 3), QuantFormat::kQ4);
   const at::Tensor wide = at::randn({3, 100}, at::kFloat);
