@@ -1,6 +1,7 @@
 // cache/attention_views.cpp: kernel views over the pools' tensors; only block ids are copied.
 #include "cache/attention_views.h"
 
+#include <algorithm>
 #include <limits>
 #include <sstream>
 
@@ -51,11 +52,17 @@ kernels::PagedStorage storage_of(const at::Tensor& rows, StorageDtype dtype, int
   return s;
 }
 
-kernels::LaneRows add_lane(detail::PagedLanes& out, const BlockTable& table) {
+kernels::LaneRows add_lane(detail::PagedLanes& out, const BlockTable& table, int64_t num_rows) {
   std::vector<int32_t>& ids = out.tables.emplace_back();
   ids.reserve(table.blocks.size());
   for (BlockId b : table.blocks) ids.push_back(static_cast<int32_t>(b.value()));
-  return {nullptr, table.num_rows};  // blocks set once `tables` stops growing
+  return {nullptr, num_rows};  // blocks set once `tables` stops growing
+}
+
+// Rows of a base lane with a stored position below `limit` (positions ascend).
+int64_t rows_below(const BaseLane& lane, int64_t limit) {
+  if (limit >= INT32_MAX) return lane.table.num_rows;
+  return std::lower_bound(lane.positions.begin(), lane.positions.end(), limit) - lane.positions.begin();
 }
 
 void point_lanes_at_tables(detail::PagedLanes& out) {
@@ -75,7 +82,7 @@ const ResidualStream& find_stream(const PagedKvCache& cache, SeqId seq, const Co
 
 }  // namespace
 
-BaseLayerView BaseLayerView::of(const PagedKvCache& cache, SeqId seq, int64_t layer) {
+BaseLayerView BaseLayerView::of(const PagedKvCache& cache, SeqId seq, int64_t layer, int64_t position_limit) {
   const char* op = "BaseLayerView::of";
   check_sequence_and_layer(cache, seq, layer, op);
   const CacheLayout& l = cache.layout();
@@ -90,7 +97,8 @@ BaseLayerView BaseLayerView::of(const PagedKvCache& cache, SeqId seq, int64_t la
   out->storage.positions = pool.positions().data_ptr<int32_t>();
   const SequenceState& s = cache.manager().sequence(seq);
   for (int64_t g = 0; g < l.num_groups(); ++g) {
-    out->lanes.push_back(add_lane(*out, s.lanes.at(static_cast<size_t>(l.lane(layer, g))).table));
+    const BaseLane& lane = s.lanes.at(static_cast<size_t>(l.lane(layer, g)));
+    out->lanes.push_back(add_lane(*out, lane.table, rows_below(lane, position_limit)));
   }
   point_lanes_at_tables(*out);
   return BaseLayerView(std::move(out), l.heads_per_group);
@@ -101,7 +109,7 @@ kernels::PagedRows BaseLayerView::rows() const {
 }
 
 ResidualLayerView ResidualLayerView::of(const PagedKvCache& cache, SeqId seq, const ContentKey& stream,
-                                        int64_t layer) {
+                                        int64_t layer, int64_t position_limit) {
   const char* op = "ResidualLayerView::of";
   check_sequence_and_layer(cache, seq, layer, op);
   const ResidualStream& r = find_stream(cache, seq, stream, op);
@@ -117,12 +125,12 @@ ResidualLayerView ResidualLayerView::of(const PagedKvCache& cache, SeqId seq, co
   const SequenceState& s = cache.manager().sequence(seq);
   for (int64_t g = 0; g < l.num_groups(); ++g) {
     const auto lane = static_cast<size_t>(l.lane(layer, g));
-    const int64_t base_rows = s.lanes.at(lane).table.num_rows, rows = r.lanes.at(lane).num_rows;
-    LORAKV_CHECK(rows == base_rows, InvalidArgumentError,
+    const int64_t base_rows = rows_below(s.lanes.at(lane), position_limit), rows = r.lanes.at(lane).num_rows;
+    LORAKV_CHECK(rows >= base_rows, InvalidArgumentError,
                  op << ": the stream holds C rows for " << rows << " of the " << base_rows << " base rows of layer "
                     << layer << ", head group " << g << " (covers positions below " << r.covered
                     << "); append its rows before attending");
-    out->lanes.push_back(add_lane(*out, r.lanes.at(lane)));
+    out->lanes.push_back(add_lane(*out, r.lanes.at(lane), base_rows));
   }
   point_lanes_at_tables(*out);
   return ResidualLayerView(std::move(out), rank);

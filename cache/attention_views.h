@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <memory>
 #include <vector>
 
@@ -31,7 +32,11 @@ class BaseLayerView {
  public:
   // Throws InvalidArgumentError for an unknown sequence, a layer out of range, or a pool
   // that is not in CPU memory.
-  static BaseLayerView of(const PagedKvCache& cache, SeqId seq, int64_t layer);
+  // `position_limit`: only rows with a stored position below it (a prefix of each lane,
+  // since positions ascend): what a reader that has processed that far may attend over.
+  static BaseLayerView of(const PagedKvCache& cache, SeqId seq, int64_t layer,
+                          int64_t position_limit = kAllPositions);
+  static constexpr int64_t kAllPositions = INT64_MAX;
 
   // For kernels::SharedBase::rows; points into this view, so keep it alive while the
   // kernel runs.
@@ -55,7 +60,9 @@ class ResidualLayerView {
   // Throws InvalidArgumentError as BaseLayerView::of does, and for a stream the sequence
   // does not have or one that lacks C rows for some base rows of the layer (the kernel needs
   // one per shared row: append the stream's rows first).
-  static ResidualLayerView of(const PagedKvCache& cache, SeqId seq, const ContentKey& stream, int64_t layer);
+  // `position_limit` as in BaseLayerView::of: C rows are needed for the base rows below it.
+  static ResidualLayerView of(const PagedKvCache& cache, SeqId seq, const ContentKey& stream, int64_t layer,
+                              int64_t position_limit = BaseLayerView::kAllPositions);
 
   int64_t rank() const { return rank_; }  // 0: the module is not adapted at this layer
 

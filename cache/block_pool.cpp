@@ -20,9 +20,11 @@ BlockPool::BlockPool(const BlockPoolSpec& spec) : spec_(spec) {
   std::vector<int64_t> shape{spec.num_blocks, spec.block_size};
   shape.insert(shape.end(), spec.row_shape.begin(), spec.row_shape.end());
   const auto opts = at::TensorOptions().dtype(to_scalar_type(spec.dtype)).device(spec.device);
-  a_ = at::zeros(shape, opts);
+  // Uninitialised: a row is read only after it was written (views cover written rows),
+  // and untouched pages of a large pool cost no memory.
+  a_ = at::empty(shape, opts);
   if (spec.base) {
-    b_ = at::zeros(shape, opts);
+    b_ = at::empty(shape, opts);
     positions_ = at::full({spec.num_blocks, spec.block_size}, -1, opts.dtype(at::kInt));
   }
 }

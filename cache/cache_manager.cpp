@@ -28,6 +28,14 @@ int32_t CacheManager::pool_for_rank(int64_t rank) const {
   return -1;
 }
 
+int32_t CacheManager::add_residual_pool(ResidualPoolSpec spec) {
+  LORAKV_ASSERT(spec.rank > 0 && spec.num_blocks > 0, "residual pool needs a positive rank and size");
+  LORAKV_ASSERT(pool_for_rank(spec.rank) < 0, "a pool of rank " << spec.rank << " exists");
+  config_.residual_pools.push_back(spec);
+  allocators_.emplace_back(spec.num_blocks);
+  return static_cast<int32_t>(allocators_.size() - 1);
+}
+
 uint32_t CacheManager::tag_for(AdapterIdentity owner) {
   auto it = owner_tag_.find(owner);
   if (it != owner_tag_.end()) return it->second;
@@ -158,7 +166,7 @@ std::optional<AppendSlots> CacheManager::append(SeqId seq, const AppendRequest& 
   SequenceState& s = state(seq);
   AppendSlots out;
   const auto t = static_cast<int64_t>(request.tokens.size());
-  out.first_position = static_cast<int64_t>(s.tokens.size());
+  out.first_position = s.first_position + static_cast<int64_t>(s.tokens.size());
   const uint32_t base_tag = tag_for(s.base_key.adapter);
   for (BaseLane& lane : s.lanes) {
     LaneSlots slots = append_rows(0, lane.table, t, base_tag, out.ops);

@@ -80,7 +80,10 @@ struct SequenceState {
   std::vector<BaseLane> lanes;           // layout.num_lanes(), layer-major
   std::vector<ResidualStream> residuals;
   std::vector<EntryId> base_chain;       // indexed base entries for blocks 0..size-1
-  bool indexable = true;                 // false once compacted
+  bool indexable = true;                 // false once compacted, and for suffix sequences
+  // Position of tokens[0]: 0, or a suffix sequence's start (an agent's private rows after
+  // the shared rows of its context, which live in another sequence).
+  int64_t first_position = 0;
 };
 
 // Rows to keep per lane (layer-major, layout.num_lanes() of them), strictly ascending row
@@ -149,6 +152,9 @@ class CacheManager {
   int32_t num_pools() const { return static_cast<int32_t>(allocators_.size()); }
   // Pool of residual rows of `rank`, or -1 when no pool was configured for it.
   int32_t pool_for_rank(int64_t rank) const;
+  // Adds a pool for residual rows of a rank no pool holds yet (an adapter loaded later with
+  // another rank); returns its id. The rank must be new.
+  int32_t add_residual_pool(ResidualPoolSpec spec);
   int64_t pool_rank(int32_t pool) const { return pool == 0 ? 0 : config_.residual_pools[pool - 1].rank; }
   const BlockAllocator& allocator(int32_t pool) const { return allocators_[static_cast<size_t>(pool)]; }
   const PrefixIndex& index() const { return index_; }
@@ -166,6 +172,10 @@ class CacheManager {
   // A new sequence, sharing the blocks of `match` (taken from match_prefix with no
   // mutation in between). Needs no free blocks.
   void create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match = {});
+  // A sequence whose rows start at `first_position`: the private continuation of rows held
+  // by another sequence (an agent's reply after its context's shared rows). It is never
+  // indexed (its rows depend on rows it does not hold) and takes no residual streams.
+  void create_suffix_sequence(SeqId seq, const ContentKey& base_key, int64_t first_position);
   // dst shares every block of src (copy-on-write on later writes). Needs no free blocks.
   void fork(SeqId src, SeqId dst);
   // Adds a residual stream and adopts the indexed residual blocks built on the sequence's

@@ -49,6 +49,14 @@ void CacheManager::create_sequence(SeqId seq, const ContentKey& base_key, const 
   seqs_.emplace(seq, std::move(s));
 }
 
+void CacheManager::create_suffix_sequence(SeqId seq, const ContentKey& base_key, int64_t first_position) {
+  LORAKV_ASSERT(first_position >= 0 && first_position < (int64_t{1} << 31), "suffix position out of range");
+  create_sequence(seq, base_key);
+  SequenceState& s = state(seq);
+  s.first_position = first_position;
+  s.indexable = false;
+}
+
 void CacheManager::fork(SeqId src, SeqId dst) {
   LORAKV_ASSERT(dst.valid() && !has_sequence(dst), "sequence " << dst.value() << " exists or is invalid");
   SequenceState copy = sequence(src);
@@ -69,6 +77,7 @@ int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vec
   SequenceState& s = state(seq);
   LORAKV_ASSERT(key.kind != StreamKind::kBase && key.dtype == config_.dtype, "bad residual content key");
   LORAKV_ASSERT(residual_index(s, key) < 0, "residual stream attached twice");
+  LORAKV_ASSERT(s.first_position == 0, "suffix sequences take no residual streams");
   LORAKV_ASSERT(static_cast<int64_t>(ranks.size()) == layout().num_layers, "one rank per layer needed");
   ResidualStream r;
   r.key = key;

@@ -47,6 +47,19 @@ PagedKvCache::PagedKvCache(CacheConfig config, at::Device device) : manager_(std
   }
 }
 
+int32_t PagedKvCache::ensure_residual_pool(int64_t rank, int64_t num_blocks) {
+  const int32_t existing = manager_.pool_for_rank(rank);
+  if (existing > 0) return existing;
+  const int32_t id = manager_.add_residual_pool({rank, num_blocks});
+  BlockPoolSpec r = pools_[0].spec();
+  r.id = id;
+  r.num_blocks = num_blocks;
+  r.row_shape = {rank};
+  r.base = false;
+  pools_.emplace_back(r);
+  return id;
+}
+
 void PagedKvCache::create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match) {
   manager_.create_sequence(seq, base_key, match);
 }

@@ -69,6 +69,12 @@ class PagedKvCache {
     return manager_.match_prefix(base_key, tokens, filter);
   }
   void create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match = {});
+  void create_suffix_sequence(SeqId seq, const ContentKey& base_key, int64_t first_position) {
+    manager_.create_suffix_sequence(seq, base_key, first_position);
+  }
+  // Pool of residual rows of `rank`, created with `num_blocks` blocks when none exists (its
+  // tensors are allocated then; existing pools never move).
+  int32_t ensure_residual_pool(int64_t rank, int64_t num_blocks);
   void fork(SeqId src, SeqId dst);
   int64_t attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks, const WriterFilter& filter);
   void release(SeqId seq);

@@ -79,7 +79,9 @@ at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, const LinearW
     const int64_t width = module_width(module);
     // runtime::Module and adapters::ModuleId are one type (formats::LlamaModule).
     std::vector<kernels::LoraSegment> segments;
+    const bool kv = module == Module::kK || module == Module::kV;
     for (const AdapterRows& g : plan.adapter_rows) {
+      if (kv && !g.kv_lora_in_rows) continue;  // kept apart as residual rows by the backend
       if (const adapters::LoraModule* m = g.adapter->find(layer, module)) segments.push_back({g.rows, m->a, m->b});
     }
     if (!segments.empty()) {
@@ -92,28 +94,32 @@ at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, const LinearW
   return out;
 }
 
+void LlamaModel::check_adapter(const adapters::Adapter& a) const {
+  const adapters::BaseModelShape want = adapter_shape(), have = a.base_shape();
+  if (have.num_layers != want.num_layers || have.hidden != want.hidden || have.num_heads != want.num_heads ||
+      have.num_kv_heads != want.num_kv_heads || have.head_dim != want.head_dim || have.intermediate != want.intermediate) {
+    throw ConfigError("adapter was loaded for another base model", {a.source(), a.name(), config_.name, "", ""});
+  }
+  if (a.dtype() != dtype()) {
+    throw ConfigError("adapter dtype differs from the model's",
+                      {a.source(), a.name(), c10::toString(dtype()), c10::toString(a.dtype()), ""});
+  }
+}
+
 // Groups the batch's rows by adapter: adjacent sequences with one adapter form a range;
 // an adapter whose sequences are apart gets an index tensor (still one matmul pair).
 std::vector<AdapterRows> LlamaModel::plan_adapters(const std::vector<SequenceInput>& batch,
                                                    const std::vector<int64_t>& offsets) const {
-  std::vector<const adapters::Adapter*> order;
+  std::vector<std::pair<const adapters::Adapter*, bool>> order;
   std::vector<std::vector<size_t>> members;
   for (size_t i = 0; i < batch.size(); ++i) {
     const adapters::Adapter* a = batch[i].adapter;
     if (a == nullptr) continue;
-    auto it = std::find(order.begin(), order.end(), a);
+    const std::pair<const adapters::Adapter*, bool> key{a, batch[i].kv_lora_in_rows};
+    auto it = std::find(order.begin(), order.end(), key);
     if (it == order.end()) {
-      const adapters::BaseModelShape want = adapter_shape(), have = a->base_shape();
-      if (have.num_layers != want.num_layers || have.hidden != want.hidden || have.num_heads != want.num_heads ||
-          have.num_kv_heads != want.num_kv_heads || have.head_dim != want.head_dim ||
-          have.intermediate != want.intermediate) {
-        throw ConfigError("adapter was loaded for another base model", {a->source(), a->name(), config_.name, "", ""});
-      }
-      if (a->dtype() != dtype()) {
-        throw ConfigError("adapter dtype differs from the model's",
-                          {a->source(), a->name(), c10::toString(dtype()), c10::toString(a->dtype()), ""});
-      }
-      order.push_back(a);
+      check_adapter(*a);
+      order.push_back(key);
       members.emplace_back();
       it = order.end() - 1;
     }
@@ -124,7 +130,7 @@ std::vector<AdapterRows> LlamaModel::plan_adapters(const std::vector<SequenceInp
     const std::vector<size_t>& seqs = members[g];
     bool adjacent = true;
     for (size_t k = 1; k < seqs.size(); ++k) adjacent = adjacent && seqs[k] == seqs[k - 1] + 1;
-    AdapterRows rows{order[g], {}};
+    AdapterRows rows{order[g].first, {}, order[g].second};
     if (adjacent) {
       rows.rows.begin = offsets[seqs.front()];
       rows.rows.length = offsets[seqs.back() + 1] - rows.rows.begin;
@@ -140,16 +146,68 @@ std::vector<AdapterRows> LlamaModel::plan_adapters(const std::vector<SequenceInp
   return out;
 }
 
+namespace {
+
+// The contiguous per-sequence cache behind the backend seam: rows appended per layer, one
+// fused-kernel call for every sequence. The reference path of tests.
+class ContiguousAttention final : public AttentionBackend {
+ public:
+  ContiguousAttention(const ModelConfig& c, const std::vector<SequenceInput>& batch, KvCache& cache, double scale)
+      : c_(c), batch_(batch), cache_(cache), scale_(scale) {}
+  void attend(const LayerAttentionInput& in, const StepPlan& plan) override {
+    std::vector<SequenceAttention> seqs;
+    seqs.reserve(batch_.size());
+    for (size_t i = 0; i < batch_.size(); ++i) {
+      const int64_t begin = plan.offsets[i], len = plan.offsets[i + 1] - begin;
+      const at::Tensor pos = plan.positions.narrow(0, begin, len);
+      cache_.append(batch_[i].seq, in.layer, in.k.narrow(0, begin, len), in.v.narrow(0, begin, len), pos);
+      seqs.push_back({in.q.narrow(0, begin, len), pos, cache_.view(batch_[i].seq, in.layer), in.out.narrow(0, begin, len)});
+    }
+    attend_sequences(seqs, c_.num_heads, c_.num_kv_heads, c_.head_dim, scale_, c_.sliding_window);
+  }
+
+ private:
+  const ModelConfig& c_;
+  const std::vector<SequenceInput>& batch_;
+  KvCache& cache_;
+  double scale_;
+};
+
+}  // namespace
+
+double LlamaModel::attention_scale() const { return 1.0 / std::sqrt(static_cast<double>(config_.head_dim)); }
+
+std::pair<at::Tensor, at::Tensor> LlamaModel::rope_half_tables(int64_t rows) const {
+  const at::Tensor angles = at::outer(at::arange(rows, at::kFloat), inv_freq_);  // [rows, D/2]
+  return {angles.cos().contiguous(), angles.sin().contiguous()};
+}
+
 at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache& cache,
                                ForwardOptions options) const {
+  if (batch.empty()) throw ConfigError("forward called with no sequences");
+  ContiguousAttention backend(config_, batch, cache, attention_scale());
+  at::Tensor logits = forward_from(batch, [&](size_t i) { return cache.length(batch[i].seq); }, backend, options);
+  for (const SequenceInput& s : batch) cache.commit(s.seq);
+  return logits;
+}
+
+at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, AttentionBackend& backend,
+                               ForwardOptions options) const {
+  return forward_from(batch, [&](size_t i) { return batch[i].first_position; }, backend, options);
+}
+
+at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
+                                    const std::function<int64_t(size_t)>& first_position, AttentionBackend& backend,
+                                    ForwardOptions options) const {
   const ModelConfig& c = config_;
   if (batch.empty()) throw ConfigError("forward called with no sequences");
 
   // Pack token ids and positions of all sequences: row offsets[i] .. offsets[i+1].
   std::vector<int64_t> ids, positions, offsets = {0};
-  for (const SequenceInput& s : batch) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceInput& s = batch[i];
     if (s.tokens.empty()) throw ConfigError("a sequence in the batch has no new tokens", {"", "seq " + std::to_string(s.seq.value())});
-    const int64_t start = cache.length(s.seq);
+    const int64_t start = first_position(i);
     for (size_t t = 0; t < s.tokens.size(); ++t) {
       const int32_t id = s.tokens[t];
       if (id < 0 || id >= c.vocab_size) {
@@ -162,10 +220,8 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
   }
   const int64_t total = static_cast<int64_t>(ids.size());
   at::Tensor id_tensor = at::tensor(ids, at::kLong);  // [T]
-  const StepPlan plan{offsets, at::tensor(positions, at::kLong), plan_adapters(batch, offsets)};
-  const at::Tensor& pos_tensor = plan.positions;
-  auto [cos, sin] = kernels::rope_cos_sin(pos_tensor, inv_freq_);  // [T, D] each
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  StepPlan plan{offsets, at::tensor(positions, at::kLong), plan_adapters(batch, offsets), {}, {}};
+  std::tie(plan.rope_cos, plan.rope_sin) = kernels::rope_cos_sin(plan.positions, inv_freq_);  // [T, D] each
 
   const LinearWeight& embed = weights_.embed_tokens;
   at::Tensor hidden = embed.quant.defined() ? embed.quant.dequantize_rows(id_tensor).to(dtype())
@@ -173,34 +229,25 @@ at::Tensor LlamaModel::forward(const std::vector<SequenceInput>& batch, KvCache&
   const int64_t q_dim = c.num_heads * c.head_dim, kv_dim = c.num_kv_heads * c.head_dim;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
-    at::Tensor x = kernels::rms_norm(hidden, w.attn_norm, c.rms_norm_eps);
-    const at::Tensor qkv = project(x, l, w.qkv, {Module::kQ, Module::kK, Module::kV}, plan);  // [T, q + 2 kv]
-    at::Tensor q = qkv.narrow(1, 0, q_dim).view({total, c.num_heads, c.head_dim});
-    at::Tensor k = qkv.narrow(1, q_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
-    at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
-    kernels::apply_rope_(q, cos, sin);  // in place, in the qkv buffer
-    kernels::apply_rope_(k, cos, sin);
+    LayerAttentionInput in;
+    in.layer = l;
+    in.x = kernels::rms_norm(hidden, w.attn_norm, c.rms_norm_eps);
+    const at::Tensor qkv = project(in.x, l, w.qkv, {Module::kQ, Module::kK, Module::kV}, plan);  // [T, q + 2 kv]
+    in.q = qkv.narrow(1, 0, q_dim).view({total, c.num_heads, c.head_dim});
+    in.k = qkv.narrow(1, q_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
+    in.v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
+    kernels::apply_rope_(in.q, plan.rope_cos, plan.rope_sin);  // in place, in the qkv buffer
+    kernels::apply_rope_(in.k, plan.rope_cos, plan.rope_sin);
+    in.out = at::empty({total, c.num_heads, c.head_dim}, in.q.options());
+    backend.attend(in, plan);
+    hidden.add_(project(in.out.view({total, q_dim}), l, w.o, {Module::kO}, plan));
 
-    at::Tensor attn = at::empty({total, c.num_heads, c.head_dim}, q.options());
-    std::vector<SequenceAttention> seqs;
-    seqs.reserve(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const int64_t begin = offsets[i], len = offsets[i + 1] - begin;
-      cache.append(batch[i].seq, l, k.narrow(0, begin, len), v.narrow(0, begin, len), pos_tensor.narrow(0, begin, len));
-      seqs.push_back({q.narrow(0, begin, len), pos_tensor.narrow(0, begin, len), cache.view(batch[i].seq, l),
-                      attn.narrow(0, begin, len)});
-    }
-    // Every sequence in one call of the fused kernel.
-    attend_sequences(seqs, c.num_heads, c.num_kv_heads, c.head_dim, scale, c.sliding_window);
-    hidden.add_(project(attn.view({total, q_dim}), l, w.o, {Module::kO}, plan));
-
-    x = kernels::rms_norm(hidden, w.mlp_norm, c.rms_norm_eps);
+    const at::Tensor x = kernels::rms_norm(hidden, w.mlp_norm, c.rms_norm_eps);
     const at::Tensor gate_up = project(x, l, w.gate_up, {Module::kGate, Module::kUp}, plan);  // [T, 2 I]
     const at::Tensor gated = at::silu(gate_up.narrow(1, 0, c.intermediate_dim)).mul_(
         gate_up.narrow(1, c.intermediate_dim, c.intermediate_dim));
     hidden.add_(project(gated, l, w.down, {Module::kDown}, plan));
   }
-  for (const SequenceInput& s : batch) cache.commit(s.seq);
 
   if (!options.all_logits) {
     std::vector<int64_t> last;

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -31,12 +32,21 @@ struct SequenceInput {
   // The LoRA adapter this sequence runs with; null for the base model. Not owned: the
   // caller keeps it alive (pinned) for the call; its dtype must be the model's.
   const adapters::Adapter* adapter = nullptr;
+  // false: the adapter's k_proj and v_proj updates are left out of K and V, so they stay the
+  // base rows; the attention backend keeps the adapter's part apart as residual rows C = X A
+  // (the shared-base modes). true: K and V include the adapter's output (full rows).
+  bool kv_lora_in_rows = true;
+  // Position of tokens[0] with an AttentionBackend (the KvCache overload continues from the
+  // cache's rows instead).
+  int64_t first_position = 0;
 };
 
-// The packed rows that run with one adapter (grouped over every sequence using it).
+// The packed rows that run with one adapter (grouped over every sequence using it with the
+// same kv_lora_in_rows).
 struct AdapterRows {
   const adapters::Adapter* adapter = nullptr;
   kernels::LoraRows rows;  // one contiguous range when its sequences are adjacent, else indices
+  bool kv_lora_in_rows = true;
 };
 
 struct ForwardOptions {
@@ -47,7 +57,28 @@ struct ForwardOptions {
 struct StepPlan {
   std::vector<int64_t> offsets;  // rows of sequence i: [offsets[i], offsets[i+1]) of the packed batch
   at::Tensor positions;          // int64 [T]: each packed row's token position
-  std::vector<AdapterRows> adapter_rows;  // one entry per distinct adapter in the batch
+  std::vector<AdapterRows> adapter_rows;  // one entry per distinct (adapter, kv_lora_in_rows)
+  at::Tensor rope_cos, rope_sin;          // float32 [T, head_dim]: each row's rotation
+};
+
+// One layer's attention inputs for the whole packed batch (rows as in StepPlan::offsets).
+struct LayerAttentionInput {
+  int64_t layer = 0;
+  at::Tensor x;    // [T, hidden]: the normed attention input (residual shrinks C = X A read it)
+  at::Tensor q;    // [T, num_heads, head_dim], RoPE applied
+  at::Tensor k;    // [T, num_kv_heads, head_dim], RoPE applied; base rows unless kv_lora_in_rows
+  at::Tensor v;    // [T, num_kv_heads, head_dim]
+  at::Tensor out;  // [T, num_heads, head_dim] to fill, q's dtype
+};
+
+// Where a layer's new K/V rows go and what each sequence's queries attend over: the seam
+// between the model (projections, norms, MLP) and the cache. The contiguous reference cache
+// and the engine's paged, shared cache implement it.
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  // Stores the step's rows of `in.layer` and writes the attention output of every row.
+  virtual void attend(const LayerAttentionInput& in, const StepPlan& plan) = 0;
 };
 
 class LlamaModel {
@@ -65,6 +96,8 @@ class LlamaModel {
   const ModelWeights& weights() const { return weights_; }
   // What adapters must fit (layers, widths, heads) for this model.
   adapters::BaseModelShape adapter_shape() const;
+  // Throws ConfigError for an adapter of another model (shape) or dtype.
+  void check_adapter(const adapters::Adapter& adapter) const;
 
   // A cache sized for this model.
   std::unique_ptr<KvCache> make_cache() const;
@@ -74,6 +107,15 @@ class LlamaModel {
   // sequence's last new token), or [total_new_tokens, vocab] in input order when
   // options.all_logits. Throws ConfigError for out-of-range token ids or an empty input.
   at::Tensor forward(const std::vector<SequenceInput>& batch, KvCache& cache, ForwardOptions options = {}) const;
+  // The same over any attention backend (the engine's paged cache); the backend is told each
+  // layer's rows and stores them itself. Returns what forward returns.
+  at::Tensor forward(const std::vector<SequenceInput>& batch, AttentionBackend& backend,
+                     ForwardOptions options = {}) const;
+
+  // RoPE tables in the fused kernel's layout (rotate_half halves): float32 [rows, head_dim / 2].
+  std::pair<at::Tensor, at::Tensor> rope_half_tables(int64_t rows) const;
+  // Softmax scale of attention.
+  double attention_scale() const;
 
  private:
   // The one choke point for every linear projection of a layer: x [T, in] -> [T, out]:
@@ -81,6 +123,8 @@ class LlamaModel {
   // adapter shrink/expand over its rows (plan.adapter_rows) on that module's columns.
   at::Tensor project(const at::Tensor& x, int64_t layer, const LinearWeight& weight,
                      std::initializer_list<Module> modules, const StepPlan& plan) const;
+  at::Tensor forward_from(const std::vector<SequenceInput>& batch, const std::function<int64_t(size_t)>& first_position,
+                          AttentionBackend& backend, ForwardOptions options) const;
   // Output width of one module's projection.
   int64_t module_width(Module module) const;
   // Builds StepPlan::adapter_rows; throws ConfigError for an adapter of another model or dtype.

@@ -1,0 +1,273 @@
+// runtime/engine.cpp: contexts, readers and their streams, appends, prefill in chunks,
+// private rows, memory. The step itself is in engine_step.cpp.
+#include "runtime/engine.h"
+
+#include <algorithm>
+
+#include "common/errors.h"
+#include "common/sha256.h"
+#include "kernels/lora_attention.h"
+#include "runtime/engine_state.h"
+
+namespace lorakv::runtime {
+
+namespace {
+
+cache::StorageDtype storage_dtype(at::ScalarType t) {
+  return t == at::kBFloat16 ? cache::StorageDtype::kBFloat16 : cache::StorageDtype::kFloat32;
+}
+
+cache::CacheConfig cache_config(const ModelConfig& c, const EngineOptions& o, at::ScalarType dtype) {
+  cache::CacheConfig config;
+  config.layout.num_layers = c.num_layers;
+  config.layout.num_kv_heads = c.num_kv_heads;
+  config.layout.head_dim = c.head_dim;
+  config.layout.block_size = o.block_size;
+  config.layout.heads_per_group = o.per_head_token_sets ? 1 : c.num_kv_heads;
+  config.dtype = storage_dtype(dtype);
+  config.num_base_blocks = config.layout.num_lanes() * config.layout.blocks_for(o.base_rows);
+  return config;
+}
+
+// The identity of the stream whose rows every reader of a base_lr_shared context shares:
+// the module and the A of each layer (a_hash), so equal A means one stream.
+AdapterIdentity group_identity(adapters::ModuleId module, const adapters::Adapter& a) {
+  Sha256 h;
+  h.update_string("lorakv.shared_a_stream").update_string(adapters::module_name(module));
+  for (const adapters::LoraModule& m : a.modules()) {
+    if (m.module == module) h.update_u64(static_cast<uint64_t>(m.layer)).update_digest(m.a_hash.digest);
+  }
+  return AdapterIdentity{h.finish()};
+}
+
+// A stream of `module` filled with `a`'s A (and, when `reader` is given, read with its B).
+ReaderStream make_stream(const ModelConfig& c, adapters::ModuleId module, const adapters::Adapter& a,
+                         const cache::ContentKey& key, const adapters::Adapter* reader) {
+  ReaderStream s;
+  s.key = key;
+  s.module = module;
+  s.ranks.assign(static_cast<size_t>(c.num_layers), 0);
+  s.a.resize(static_cast<size_t>(c.num_layers));
+  s.b.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const adapters::LoraModule* m = a.find(l, module);
+    if (m == nullptr) continue;
+    s.ranks[static_cast<size_t>(l)] = m->rank;
+    s.a[static_cast<size_t>(l)] = m->a;
+    const adapters::LoraModule* mine = reader ? reader->find(l, module) : nullptr;
+    if (mine == nullptr) continue;
+    // B [kv_heads * head_dim, rank] (scale folded) -> [kv_heads, rank, head_dim] float32.
+    s.b[static_cast<size_t>(l)] =
+        mine->b.to(at::kFloat).view({c.num_kv_heads, c.head_dim, mine->rank}).permute({0, 2, 1}).contiguous();
+  }
+  return s;
+}
+
+bool adapts(const adapters::Adapter* a, adapters::ModuleId module) {
+  if (a == nullptr) return false;
+  for (const adapters::LoraModule& m : a->modules()) {
+    if (m.module == module) return true;
+  }
+  return false;
+}
+
+constexpr adapters::ModuleId kCachedModules[] = {adapters::ModuleId::kV, adapters::ModuleId::kK};
+
+cache::StreamKind stream_kind(adapters::ModuleId module) {
+  return module == adapters::ModuleId::kV ? cache::StreamKind::kResidualV : cache::StreamKind::kResidualK;
+}
+
+}  // namespace
+
+cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype) {
+  if (mode != SharingMode::kFullShared) return cache::ContentKey::base(dtype);
+  // full_shared rows include their writer's adapter output: never reuse them as base rows.
+  static const AdapterIdentity full_shared{Sha256().update_string("lorakv.full_shared_rows").finish()};
+  return cache::ContentKey::base_with_adapter(dtype, full_shared);
+}
+
+cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype) {
+  if (!reader.adapter) return cache::ContentKey::base(dtype);
+  return cache::ContentKey::base_with_adapter(dtype, reader.identity);
+}
+
+cache::WriterFilter shared_writer_filter(SharedWriter writer) {
+  cache::WriterFilter f;
+  if (writer == SharedWriter::kBase) f.required = AdapterIdentity::base_model();
+  return f;
+}
+
+ContextState& Engine::State::context(ContextId id) {
+  auto it = contexts.find(id.value());
+  if (it == contexts.end()) throw ConfigError("unknown context " + std::to_string(id.value()));
+  return it->second;
+}
+const ContextState& Engine::State::context(ContextId id) const { return const_cast<State*>(this)->context(id); }
+
+ReaderState& Engine::State::reader(ReaderRef ref) {
+  ContextState& c = context(ref.context);
+  if (ref.index < 0 || ref.index >= static_cast<int32_t>(c.readers.size())) {
+    throw ConfigError("context " + std::to_string(ref.context.value()) + " has no reader " + std::to_string(ref.index));
+  }
+  return c.readers[static_cast<size_t>(ref.index)];
+}
+const ReaderState& Engine::State::reader(ReaderRef ref) const { return const_cast<State*>(this)->reader(ref); }
+
+Engine::Engine(const LlamaModel& model, EngineOptions options)
+    : model_(model), options_(options), state_(std::make_unique<State>()) {
+  const ModelConfig& c = model.config();
+  if (c.head_dim % 32 != 0 || c.head_dim > 256) {
+    throw ConfigError("the engine's fused attention takes head sizes that are multiples of 32 up to 256",
+                      {"", "head_dim", "32, 64, ..., 256", std::to_string(c.head_dim), ""});
+  }
+  if (options.base_rows <= 0 || options.residual_rows <= 0 || options.block_size <= 0 || options.prefill_chunk <= 0) {
+    throw ConfigError("engine pool sizes, block size and prefill chunk must be positive");
+  }
+  cache_ = std::make_unique<cache::PagedKvCache>(cache_config(c, options, model.dtype()));
+}
+
+Engine::~Engine() = default;
+
+ContextId Engine::create_context(ContextOptions options,
+                                 const std::vector<std::shared_ptr<const adapters::Adapter>>& readers) {
+  const ContextId id(state_->next_context);
+  ContextState c;
+  c.options = options;
+  state_->contexts.emplace(id.value(), std::move(c));
+  ++state_->next_context;
+  try {
+    for (const auto& r : readers) add_reader(id, r);
+  } catch (...) {
+    release_context(id);
+    throw;
+  }
+  return id;
+}
+
+int32_t Engine::add_reader(ContextId context, std::shared_ptr<const adapters::Adapter> adapter) {
+  ContextState& c = state_->context(context);
+  std::vector<const adapters::Adapter*> others;
+  for (const ReaderState& r : c.readers) others.push_back(r.adapter.get());
+  if (adapter) model_.check_adapter(*adapter);
+  check_reader(c.options.mode, adapter.get(), others);
+
+  const ModelConfig& mc = model_.config();
+  const cache::StorageDtype dtype = cache_->manager().config().dtype;
+  ReaderState r;
+  r.adapter = adapter;
+  r.identity = adapter ? adapter->identity() : AdapterIdentity::base_model();
+  if (c.options.mode == SharingMode::kBaseShared && adapter) {
+    for (adapters::ModuleId m : kCachedModules) {
+      if (!adapts(adapter.get(), m)) continue;
+      r.streams.push_back(make_stream(mc, m, *adapter, cache::ContentKey::residual(stream_kind(m), dtype, r.identity),
+                                      adapter.get()));
+    }
+  }
+  if (c.options.mode == SharingMode::kBaseLrShared && adapter) {
+    for (adapters::ModuleId m : kCachedModules) {
+      if (!adapts(adapter.get(), m)) continue;
+      const cache::ContentKey key = cache::ContentKey::residual(stream_kind(m), dtype, group_identity(m, *adapter));
+      const bool known = std::any_of(c.group_streams.begin(), c.group_streams.end(),
+                                     [&](const ReaderStream& g) { return g.key == key; });
+      if (!known) c.group_streams.push_back(make_stream(mc, m, *adapter, key, nullptr));
+      r.streams.push_back(make_stream(mc, m, *adapter, key, adapter.get()));
+    }
+  }
+  for (const ReaderStream& s : r.streams) {
+    for (int64_t rank : s.ranks) {
+      if (rank > 0) cache_->ensure_residual_pool(rank, cache_->layout().num_lanes() * cache_->layout().blocks_for(options_.residual_rows));
+    }
+  }
+  c.readers.push_back(std::move(r));
+  return static_cast<int32_t>(c.readers.size() - 1);
+}
+
+void Engine::release_context(ContextId context) {
+  ContextState& c = state_->context(context);
+  if (c.shared_seq.valid()) cache_->release(c.shared_seq);
+  for (ReaderState& r : c.readers) {
+    if (r.own_seq.valid()) cache_->release(r.own_seq);
+    if (r.private_seq.valid()) cache_->release(r.private_seq);
+  }
+  state_->contexts.erase(context.value());
+}
+
+void Engine::append(ContextId context, const std::vector<int32_t>& tokens) {
+  ContextState& c = state_->context(context);
+  const int64_t vocab = model_.config().vocab_size;
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= vocab) {
+      throw ConfigError("token id out of range", {"", "context " + std::to_string(context.value()),
+                                                  "0.." + std::to_string(vocab - 1), std::to_string(t), ""});
+    }
+  }
+  c.tokens.insert(c.tokens.end(), tokens.begin(), tokens.end());
+}
+
+at::Tensor Engine::prefill(ReaderRef reader) {
+  at::Tensor last;
+  while (pending_tokens(reader) > 0) {
+    StepWork w;
+    w.reader = reader;
+    w.kind = StepWork::Kind::kContext;
+    StepResult r = step({w});
+    if (!r.ok) {
+      std::string need;
+      for (size_t p = 0; p < r.capacity.blocks_needed.size(); ++p) {
+        if (r.capacity.blocks_needed[p] > r.capacity.blocks_free[p]) {
+          need += " pool " + std::to_string(p) + ": " + std::to_string(r.capacity.blocks_needed[p]) + " blocks needed, " +
+                  std::to_string(r.capacity.blocks_free[p]) + " free;";
+        }
+      }
+      throw CapacityError("the cache cannot hold the context's next chunk:" + need,
+                          {"", "context " + std::to_string(reader.context.value()), "", "",
+                           "raise EngineOptions::base_rows / residual_rows or release contexts"});
+    }
+    const StepOutput& out = r.outputs.front();
+    last = out.logits.size(0) > 0 && pending_tokens(reader) == 0 ? out.logits[out.logits.size(0) - 1] : at::Tensor();
+    if (pending_tokens(reader) > 0 && observer_) observer_->between_chunks(reader.context);
+  }
+  return last;
+}
+
+const std::vector<int32_t>& Engine::private_tokens(ReaderRef reader) const { return state_->reader(reader).private_tokens; }
+
+int64_t Engine::commit_private(ReaderRef reader) {
+  ReaderState& r = state_->reader(reader);
+  const std::vector<int32_t> tokens = r.private_tokens;
+  drop_private(reader);
+  append(reader.context, tokens);
+  return static_cast<int64_t>(tokens.size());
+}
+
+void Engine::drop_private(ReaderRef reader) {
+  ReaderState& r = state_->reader(reader);
+  if (r.private_seq.valid()) cache_->release(r.private_seq);
+  r.private_seq = SeqId();
+  r.private_tokens.clear();
+  r.private_after = 0;
+}
+
+const std::vector<int32_t>& Engine::context_tokens(ContextId context) const { return state_->context(context).tokens; }
+ContextOptions Engine::context_options(ContextId context) const { return state_->context(context).options; }
+int32_t Engine::num_readers(ContextId context) const {
+  return static_cast<int32_t>(state_->context(context).readers.size());
+}
+
+EngineMemory Engine::memory() const {
+  EngineMemory m;
+  m.cache = cache_->stats();
+  m.model_weight_bytes = model_.weights().num_bytes;
+  std::vector<const adapters::Adapter*> seen;
+  for (const auto& [id, c] : state_->contexts) {
+    for (const ReaderState& r : c.readers) {
+      if (r.adapter && std::find(seen.begin(), seen.end(), r.adapter.get()) == seen.end()) {
+        seen.push_back(r.adapter.get());
+        m.adapter_bytes += r.adapter->num_bytes();
+      }
+    }
+  }
+  return m;
+}
+
+}  // namespace lorakv::runtime

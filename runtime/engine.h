@@ -1,0 +1,172 @@
+// runtime/engine.h: the engine on the shared, paged cache. It hosts one base model and the
+// contexts of many readers (agents, each an adapter or the base model): a context is one
+// append-only token sequence (the shared trajectory) whose K/V rows its readers share as
+// its ContextOptions say (runtime/sharing_mode.h, docs/sharing_modes.md). Readers
+//   - process the context: build the rows the mode needs from them (their own rows in
+//     `full`, their residual rows in `base_shared`, the shared rows where they are the
+//     first to process a token); in chunks, beside other readers' work;
+//   - run private tokens after it: their instruction and their reply so far, kept as their
+//     own full rows, which the fused kernel reads after the shared rows;
+//   - commit their reply: it is appended to the context for everyone, and the private rows go.
+// One step (Engine::step) runs any mix of that work over any contexts as one batched
+// forward: the step is planned once (cache rows reserved, block tables and the rows each
+// reader sees), then every layer runs with that plan, and each layer's attention is one
+// call of the fused kernel in which readers of one context's rows read each base tile once.
+//
+// Two seams for later work: StepObserver is told after every step and between the chunks
+// of a long prefill (eviction hooks in there), and every reservation is checked before
+// anything changes (Capacity), so a session scheduler can admit or defer work.
+// Not thread-safe: one step at a time.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "adapters/adapter.h"
+#include "cache/paged_kv_cache.h"
+#include "common/ids.h"
+#include "runtime/llama_model.h"
+#include "runtime/sharing_mode.h"
+
+namespace lorakv::runtime {
+
+using ContextId = StrongId<struct ContextTag>;
+
+// One reader of one context.
+struct ReaderRef {
+  ContextId context;
+  int32_t index = 0;  // in the order readers were added
+};
+
+struct EngineOptions {
+  // Pool sizes, in token rows per lane (every layer and head group holds that many): the base
+  // pool, and each residual pool (one per rank, created when a rank is first needed).
+  int64_t base_rows = 32768;
+  int64_t residual_rows = 32768;
+  int64_t block_size = 16;
+  // false: one token set per layer (every KV head keeps the same tokens; one residual row
+  // per token per layer); true: each KV head its own token set (per-head eviction), with
+  // residual rows per KV head.
+  bool per_head_token_sets = false;
+  int64_t prefill_chunk = 512;  // most context tokens one reader processes in one step
+};
+
+// Work for one reader in one step.
+struct StepWork {
+  enum class Kind {
+    kContext,  // process context tokens the mode needs from this reader (up to max_tokens)
+    kPrivate,  // run `tokens` as the reader's private rows after the context
+  };
+  ReaderRef reader;
+  Kind kind = Kind::kContext;
+  std::vector<int32_t> tokens;  // kPrivate
+  int64_t max_tokens = 0;       // kContext; 0: EngineOptions::prefill_chunk
+  bool all_logits = false;      // logits for every processed token, not only the last
+};
+
+struct StepOutput {
+  // float32 [rows, vocab]: the last processed token's logits, or every processed token's
+  // with all_logits; 0 rows when a kContext work item had nothing to process.
+  at::Tensor logits;
+  int64_t tokens_processed = 0;
+  int64_t first_position = 0;  // of the first processed token
+};
+
+struct StepResult {
+  bool ok = true;  // false: not enough free blocks; nothing changed (capacity says which pool)
+  cache::Capacity capacity;
+  std::vector<StepOutput> outputs;  // per work item
+};
+
+// What the cache holds, measured from the pools, with the model's and adapters' bytes.
+struct EngineMemory {
+  cache::CacheStats cache;
+  int64_t model_weight_bytes = 0;  // the base model's weights as held
+  int64_t adapter_bytes = 0;       // A and B of every adapter some reader uses (each once)
+};
+
+// Told what each step did; the eviction issue decides there.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void after_step(const std::vector<StepWork>& work, const StepResult& result) { (void)work, (void)result; }
+  // Between two chunks of Engine::prefill on `context`.
+  virtual void between_chunks(ContextId context) { (void)context; }
+};
+
+class Engine {
+ public:
+  // Throws ConfigError when the model's head size is one the fused kernel does not take.
+  explicit Engine(const LlamaModel& model, EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const LlamaModel& model() const { return model_; }
+  const EngineOptions& options() const { return options_; }
+
+  // A context with these readers (null: the base model). Throws ConfigError naming the mode,
+  // adapter and module when the mode cannot serve a reader (runtime/sharing_mode.h), or for
+  // an adapter of another model or dtype. Holding the shared_ptrs pins the adapters.
+  ContextId create_context(ContextOptions options, const std::vector<std::shared_ptr<const adapters::Adapter>>& readers);
+  // A reader joining later; checked as create_context checks. Returns its index.
+  int32_t add_reader(ContextId context, std::shared_ptr<const adapters::Adapter> adapter);
+  // Frees every row of the context.
+  void release_context(ContextId context);
+
+  // Appends tokens to the context; nobody has processed them yet. Throws ConfigError for
+  // token ids outside the vocabulary.
+  void append(ContextId context, const std::vector<int32_t>& tokens);
+
+  // Runs one batched step. Throws ConfigError for work the state does not allow (private
+  // work for a reader that has not processed the context, two work items for one reader,
+  // an unknown context or reader).
+  StepResult step(const std::vector<StepWork>& work);
+
+  // Processes everything `reader` needs of the context, in chunks (StepObserver is told
+  // between them). Returns float32 [vocab]: the reader's logits at the last context token
+  // when it processed that token, else an undefined tensor (it read rows others wrote).
+  // Throws CapacityError when the pools are full.
+  at::Tensor prefill(ReaderRef reader);
+  // Context tokens `reader` still has to process (0: it can run private work).
+  int64_t pending_tokens(ReaderRef reader) const;
+
+  // The reader's private tokens (instruction, reply so far), in order.
+  const std::vector<int32_t>& private_tokens(ReaderRef reader) const;
+  // Appends the reader's private tokens to the context and drops its private rows; the
+  // context's writer processes them like any appended text. Returns how many were appended.
+  int64_t commit_private(ReaderRef reader);
+  // Drops the private rows without appending them.
+  void drop_private(ReaderRef reader);
+
+  const std::vector<int32_t>& context_tokens(ContextId context) const;
+  ContextOptions context_options(ContextId context) const;
+  int32_t num_readers(ContextId context) const;
+
+  EngineMemory memory() const;
+  const cache::PagedKvCache& cache() const { return *cache_; }
+  void set_observer(StepObserver* observer) { observer_ = observer; }
+
+  struct State;  // contexts and readers (engine_state.h)
+
+ private:
+  const LlamaModel& model_;
+  EngineOptions options_;
+  std::unique_ptr<cache::PagedKvCache> cache_;
+  std::unique_ptr<State> state_;
+  StepObserver* observer_ = nullptr;
+};
+
+// Thrown by Engine::prefill when the cache has no room; names the pool.
+class CapacityError : public Error {
+ public:
+  explicit CapacityError(const std::string& message, ErrorContext context = {})
+      : Error("out of cache capacity", message, std::move(context)) {}
+};
+
+}  // namespace lorakv::runtime

@@ -1,0 +1,67 @@
+// runtime/engine_state.h: the engine's contexts and readers (internal to runtime/engine*.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cache/cache_types.h"
+#include "runtime/engine.h"
+
+namespace lorakv::runtime {
+
+// One residual stream a reader reads (v, or k before RoPE): its key in the shared sequence,
+// the A that fills it per layer (the reader's own in base_shared, the group's shared A in
+// base_lr_shared) and the reader's B in the kernel's layout.
+struct ReaderStream {
+  cache::ContentKey key;
+  adapters::ModuleId module = adapters::ModuleId::kV;
+  std::vector<int64_t> ranks;  // per layer; 0 where not adapted
+  std::vector<at::Tensor> a;   // per layer: [rank, hidden] in the model dtype, undefined at rank 0
+  std::vector<at::Tensor> b;   // per layer: float32 [kv_heads, rank, head_dim] contiguous (scale folded), or undefined
+};
+
+struct ReaderState {
+  std::shared_ptr<const adapters::Adapter> adapter;  // null: the base model
+  AdapterIdentity identity;                          // base_model() for the base model
+  SeqId own_seq;                  // full mode: the reader's own rows of the context
+  std::vector<ReaderStream> streams;  // residual modes: the streams it reads (v first, then k)
+  bool streams_attached = false;
+  // Private rows: a suffix sequence whose rows follow the context's first `private_after`
+  // tokens; the reader sees only those while it holds private rows.
+  SeqId private_seq;
+  int64_t private_after = 0;
+  std::vector<int32_t> private_tokens;
+};
+
+struct ContextState {
+  ContextOptions options;
+  std::vector<int32_t> tokens;  // the trajectory
+  SeqId shared_seq;             // every mode but full; created when first processed
+  std::vector<ReaderState> readers;
+  // base_lr_shared: the context's streams (v, k), filled by whoever writes the shared rows.
+  std::vector<ReaderStream> group_streams;
+};
+
+struct Engine::State {
+  std::map<int64_t, ContextState> contexts;
+  int64_t next_context = 0;
+  int64_t next_seq = 0;
+  at::Tensor rope_cos, rope_sin;  // float32 [rows, head_dim / 2], grown on demand
+
+  ContextState& context(ContextId id);
+  const ContextState& context(ContextId id) const;
+  ReaderState& reader(ReaderRef ref);
+  const ReaderState& reader(ReaderRef ref) const;
+  SeqId new_seq() { return SeqId(next_seq++); }
+};
+
+// Content keys and writer filters of the modes (engine.cpp).
+cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype);
+cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype);
+cache::WriterFilter shared_writer_filter(SharedWriter writer);
+
+}  // namespace lorakv::runtime

@@ -1,0 +1,51 @@
+// runtime/sharing_mode.h: how the readers (agents) of one context share its K/V rows, and
+// who fills the shared rows. The math of each mode is in docs/sharing_modes.md; in short,
+// per layer, for a token at position p with attention input X_w of its writer w and X_i of
+// reader i, base weights W and reader i's LoRA factors A_i, B_i (scale folded in B):
+//   full            each reader its own rows: K = R_p X_i (W_k + A_k,i B_k,i), V = X_i (W_v + A_v,i B_v,i)
+//   full_shared     one row per token, the writer's full row: K = R_p X_w (W_k + A_k,w B_k,w), ...
+//   base_shared     one base row K = R_p X_w W_k, V = X_w W_v, and per reader C_i = X_i A_i:
+//                   reader i reads V = V_base + C_v,i B_v,i, K = K_base + R_p C_k,i B_k,i
+//   base_lr_shared  one base row and one C = X_w A per shared-A group: reader i reads
+//                   V = V_base + C_v B_v,i, K = K_base + R_p C_k B_k,i
+// Writer `first`: the reader that first processes a token writes its shared rows; `base`:
+// the base model without adapters processes every appended token and writes them.
+// Torch-free.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "adapters/adapter.h"
+
+namespace lorakv::runtime {
+
+enum class SharingMode { kFull, kFullShared, kBaseShared, kBaseLrShared };
+enum class SharedWriter { kFirst, kBase };
+
+const char* sharing_mode_name(SharingMode mode);  // "full", "full_shared", "base_shared", "base_lr_shared"
+const char* shared_writer_name(SharedWriter writer);  // "first", "base"
+std::optional<SharingMode> parse_sharing_mode(const std::string& text);
+std::optional<SharedWriter> parse_shared_writer(const std::string& text);
+
+// Whether readers must process every token of the context themselves (to build their own
+// rows or residuals): true for full and base_shared.
+bool mode_reprocesses_context(SharingMode mode);
+// Whether the shared rows are base rows with residual streams beside them.
+bool mode_keeps_residuals(SharingMode mode);
+
+struct ContextOptions {
+  SharingMode mode = SharingMode::kFull;
+  SharedWriter writer = SharedWriter::kFirst;
+};
+
+// Throws ConfigError when `mode` cannot serve `adapter` next to the context's other readers
+// `others` (null entries: the base model): a rank above the fused kernel's limit on a cached
+// module, or in base_lr_shared a v or k A that differs from another reader's. The message
+// names the mode, the adapter and the module (and layer).
+void check_reader(SharingMode mode, const adapters::Adapter* adapter,
+                  const std::vector<const adapters::Adapter*>& others);
+
+}  // namespace lorakv::runtime
