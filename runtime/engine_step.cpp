@@ -221,12 +221,15 @@ void prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState& c
     const cache::ContentKey key = shared_base_key(c.options.mode, dtype);
     cache.create_sequence(c.shared_seq, key, cache.match_prefix(key, c.tokens, filter));
   }
-  const std::vector<ReaderStream>& streams = streams_to_fill(c, r);
-  for (const ReaderStream& s : streams) {
+  // base_shared residual rows are always the reader's own (C_i = X_i A_i); the shared C of
+  // base_lr_shared comes from the context's writer.
+  cache::WriterFilter residual_filter = filter;
+  if (c.options.mode == SharingMode::kBaseShared) residual_filter.required = r.identity;
+  for (const ReaderStream& s : streams_to_fill(c, r)) {
     const cache::SequenceState& seq = cache.manager().sequence(c.shared_seq);
     const bool attached = std::any_of(seq.residuals.begin(), seq.residuals.end(),
                                       [&](const cache::ResidualStream& x) { return x.key == s.key; });
-    if (!attached) cache.attach_residual(c.shared_seq, s.key, s.ranks, filter);
+    if (!attached) cache.attach_residual(c.shared_seq, s.key, s.ranks, residual_filter);
   }
 }
 
@@ -327,7 +330,9 @@ std::vector<Item> plan_context_work(const PlannedRows& cache, const ContextState
 void add_upper_bound(const cache::PagedKvCache& cache, const Item& it, std::vector<int64_t>& need) {
   const cache::CacheLayout& l = cache.layout();
   const int64_t lanes_per_layer = l.num_groups();
-  if (it.base_from < it.end) need[0] += l.num_lanes() * (l.blocks_for(it.end - it.base_from) + 1);
+  // A sequence not created yet (a first private row) has no partial block to copy.
+  const int64_t copy = it.write_seq.valid() ? 1 : 0;
+  if (it.base_from < it.end) need[0] += l.num_lanes() * (l.blocks_for(it.end - it.base_from) + copy);
   for (const Fill& f : it.fills) {
     for (size_t layer = 0; layer < f.stream->ranks.size(); ++layer) {
       const int64_t rank = f.stream->ranks[layer];
@@ -336,6 +341,14 @@ void add_upper_bound(const cache::PagedKvCache& cache, const Item& it, std::vect
           lanes_per_layer * (l.blocks_for(it.end - f.from) + 1);
     }
   }
+}
+
+cache::AppendRequest append_request(const Item& it) {
+  cache::AppendRequest req;
+  req.writer = it.writer;
+  if (it.base_from < it.end) req.tokens.assign(it.tokens.begin() + (it.base_from - it.start), it.tokens.end());
+  for (const Fill& f : it.fills) req.residuals.push_back({f.stream->key, it.end - f.from});
+  return req;
 }
 
 }  // namespace
@@ -395,6 +408,7 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
     it.base_from = it.start;
     it.read_seq = c.options.mode == SharingMode::kFull ? r.own_seq : c.shared_seq;
     it.read_limit = r.private_after;
+    it.write_seq = it.private_seq = r.private_seq;  // invalid until its first row
     for (const ReaderStream& s : r.streams) it.reads.push_back(&s);
     it.all_logits = w.all_logits;
     items.push_back(std::move(it));
@@ -408,8 +422,21 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
                     "two items of one step plan the same rows");
     }
   }
+  // Capacity: exact (the cache's own count) for a sequence with one append this step, an
+  // upper bound where several items append to one sequence or it does not exist yet.
+  std::map<int64_t, int> appends_per_seq;
+  for (const Item& it : items) {
+    if (it.write_seq.valid()) ++appends_per_seq[it.write_seq.value()];
+  }
   std::vector<int64_t> need(static_cast<size_t>(cache_->manager().num_pools()), 0);
-  for (const Item& it : items) add_upper_bound(*cache_, it, need);
+  for (const Item& it : items) {
+    if (it.write_seq.valid() && appends_per_seq[it.write_seq.value()] == 1) {
+      const cache::Capacity exact = cache_->can_append(it.write_seq, append_request(it));
+      for (size_t p = 0; p < need.size(); ++p) need[p] += exact.blocks_needed[p];
+    } else {
+      add_upper_bound(*cache_, it, need);
+    }
+  }
   result.capacity.blocks_needed = need;
   for (int32_t p = 0; p < cache_->manager().num_pools(); ++p) {
     result.capacity.blocks_free.push_back(cache_->manager().allocator(p).num_free());
@@ -431,10 +458,7 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
       }
       it.write_seq = it.private_seq = r.private_seq;
     }
-    cache::AppendRequest req;
-    req.writer = it.writer;
-    if (it.base_from < it.end) req.tokens.assign(it.tokens.begin() + (it.base_from - it.start), it.tokens.end());
-    for (const Fill& f : it.fills) req.residuals.push_back({f.stream->key, it.end - f.from});
+    const cache::AppendRequest req = append_request(it);
     if (req.tokens.empty() && req.residuals.empty()) continue;
     it.slots = cache_->append(it.write_seq, req);
     LORAKV_ASSERT(it.slots.has_value(), "append failed after the step's capacity check");

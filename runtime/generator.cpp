@@ -1,5 +1,6 @@
-// runtime/generator.cpp: the decoding loop. Each step runs one batched forward over the
-// live sequences (their prompts first, then one token each), then samples per sequence.
+// runtime/generator.cpp: the decoding loop on the engine. Each step runs one batched engine
+// step over the live requests (their prompts first, in chunks, then one token each), then
+// samples per request.
 #include "runtime/generator.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include "common/errors.h"
 #include "formats/bpe_tokenizer.h"
+#include "runtime/engine.h"
 #include "runtime/stop_strings.h"
 
 namespace lorakv::runtime {
@@ -54,27 +56,83 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
     live[i].done = r.max_new_tokens <= 0;
   }
 
-  std::unique_ptr<KvCache> cache = model.make_cache();
+  // Each request is a context of its own with one reader in `full` mode: its prompt is the
+  // context, its reply private rows. All of them run as one batched step at a time.
+  // use_cache = false recomputes everything each step through the contiguous reference path.
+  std::unique_ptr<Engine> engine;
+  std::vector<ContextId> contexts(requests.size());
+  if (options.use_cache) {
+    EngineOptions eo;
+    eo.base_rows = 0;
+    for (const GenerationRequest& r : requests) {
+      eo.base_rows += static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(r.max_new_tokens, 0) + 2 * eo.block_size;
+    }
+    engine = std::make_unique<Engine>(model, eo);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (live[i].done) continue;
+      contexts[i] = engine->create_context({SharingMode::kFull, SharedWriter::kFirst}, {requests[i].adapter});
+      engine->append(contexts[i], requests[i].prompt);
+    }
+  }
   bool first_step = true;
   while (true) {
-    std::vector<SequenceInput> batch;
     std::vector<size_t> owner;
-    if (!options.use_cache) cache = model.make_cache();
-    for (size_t i = 0; i < live.size(); ++i) {
-      if (live[i].done) continue;
-      const SeqId seq(static_cast<int64_t>(i));
-      if (first_step || !options.use_cache) {
-        batch.push_back({seq, live[i].context, requests[i].adapter.get()});
+    at::Tensor logits;  // float32 [owner.size(), vocab]
+    if (options.use_cache) {
+      std::vector<at::Tensor> rows;
+      if (first_step) {
+        // Prompts in chunks, every request in each step, until all are processed.
+        for (size_t i = 0; i < live.size(); ++i) {
+          if (!live[i].done) owner.push_back(i);
+        }
+        rows.resize(owner.size());
+        while (true) {
+          std::vector<StepWork> work;
+          std::vector<size_t> slot;
+          for (size_t k = 0; k < owner.size(); ++k) {
+            if (engine->pending_tokens({contexts[owner[k]], 0}) == 0) continue;
+            StepWork w;
+            w.reader = {contexts[owner[k]], 0};
+            work.push_back(w);
+            slot.push_back(k);
+          }
+          if (work.empty()) break;
+          const StepResult r = engine->step(work);
+          LORAKV_ASSERT(r.ok, "the generator's cache was sized for every request (needs " << r.capacity.blocks_needed.at(0) << " blocks, " << r.capacity.blocks_free.at(0) << " free)");
+          for (size_t j = 0; j < work.size(); ++j) rows[slot[j]] = r.outputs[j].logits;
+        }
       } else {
-        batch.push_back({seq, {live[i].context.back()}, requests[i].adapter.get()});
+        std::vector<StepWork> work;
+        for (size_t i = 0; i < live.size(); ++i) {
+          if (live[i].done) continue;
+          StepWork w;
+          w.reader = {contexts[i], 0};
+          w.kind = StepWork::Kind::kPrivate;
+          w.tokens = {live[i].context.back()};
+          work.push_back(std::move(w));
+          owner.push_back(i);
+        }
+        if (!work.empty()) {
+          const StepResult r = engine->step(work);
+          LORAKV_ASSERT(r.ok, "the generator's cache was sized for every request (needs " << r.capacity.blocks_needed.at(0) << " blocks, " << r.capacity.blocks_free.at(0) << " free)");
+          for (const StepOutput& o : r.outputs) rows.push_back(o.logits);
+        }
       }
-      owner.push_back(i);
+      if (owner.empty()) break;
+      logits = at::cat(rows, 0);
+    } else {
+      std::vector<SequenceInput> batch;
+      std::unique_ptr<KvCache> cache = model.make_cache();
+      for (size_t i = 0; i < live.size(); ++i) {
+        if (live[i].done) continue;
+        batch.push_back({SeqId(static_cast<int64_t>(i)), live[i].context, requests[i].adapter.get()});
+        owner.push_back(i);
+      }
+      if (batch.empty()) break;
+      logits = model.forward(batch, *cache);
     }
-    if (batch.empty()) break;
     first_step = false;
-    const at::Tensor logits = model.forward(batch, *cache);  // float32 [batch, vocab]
-
-    for (size_t row = 0; row < batch.size(); ++row) {
+    for (size_t row = 0; row < owner.size(); ++row) {  // row of `logits` per live request
       const size_t i = owner[row];
       const GenerationRequest& r = requests[i];
       Live& s = live[i];
@@ -113,7 +171,7 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
         s.done = true;
         out.finish_reason = FinishReason::kCallback;
       }
-      if (s.done) cache->release(SeqId(static_cast<int64_t>(i)));
+      if (s.done && engine) engine->release_context(contexts[i]);
     }
   }
   return outputs;

@@ -395,25 +395,43 @@ TEST_F(EngineTest, MemoryAccountingMatchesTheClosedForm) {
 TEST_F(EngineTest, SecondContextReusesMatchingBlocksByTokenIds) {
   Engine engine(*model_);
   const std::vector<int32_t> text = encode(std::string(200, 'x') + " and then some more words to fill the blocks.");
+  ASSERT_GT(text.size() % 16, 0u);  // a partial last block, which is never shared
   const AdapterPtr a = adapter("qv_shared_a.actor");
-  const ContextId first = engine.create_context({SharingMode::kBaseShared, SharedWriter::kBase}, {a});
-  engine.append(first, text);
-  engine.prefill({first, 0});
-  const int64_t used = engine.cache().stats().bytes_in_use;
-  const ContextId second = engine.create_context({SharingMode::kBaseShared, SharedWriter::kBase}, {a});
-  engine.append(second, text);
-  const int64_t full_blocks = static_cast<int64_t>(text.size()) / 16 * 16;
-  engine.prefill({second, 0});
-  const int64_t added = engine.cache().stats().bytes_in_use - used;
-  EXPECT_LT(added, used / 4) << "the second context should reuse " << full_blocks << " tokens of blocks";
-  // Same length, different first token: nothing to reuse.
-  std::vector<int32_t> other = text;
-  other[0] = other[0] == 5 ? 6 : 5;
-  const ContextId third = engine.create_context({SharingMode::kBaseShared, SharedWriter::kBase}, {a});
-  engine.append(third, other);
-  const int64_t before = engine.cache().stats().bytes_in_use;
-  engine.prefill({third, 0});
-  EXPECT_GE(engine.cache().stats().bytes_in_use - before, used * 9 / 10);
+  const int64_t lanes = model_->config().num_layers;
+  auto used_blocks = [&](size_t pool) { return engine.cache().stats().pools.at(pool).blocks_used; };
+  for (SharedWriter w : {SharedWriter::kBase, SharedWriter::kFirst}) {
+    const ContextId first = engine.create_context({SharingMode::kBaseShared, w}, {a});
+    engine.append(first, text);
+    const at::Tensor first_logits = engine.prefill({first, 0});
+    const int64_t base = used_blocks(0), residual = used_blocks(1);
+    // The same tokens and key: only the partial last block is new, base and C alike, and
+    // the reused rows give the same logits.
+    const ContextId second = engine.create_context({SharingMode::kBaseShared, w}, {a});
+    engine.append(second, text);
+    const at::Tensor second_logits = engine.prefill({second, 0});
+    EXPECT_EQ(used_blocks(0) - base, lanes) << shared_writer_name(w);
+    EXPECT_EQ(used_blocks(1) - residual, lanes) << shared_writer_name(w);
+    EXPECT_LT(max_diff(second_logits, first_logits), kTolerance);
+    // Same length, another first token: nothing matches, every block is new.
+    std::vector<int32_t> other = text;
+    other[0] = other[0] == 5 ? 6 : 5;
+    const ContextId third = engine.create_context({SharingMode::kBaseShared, w}, {a});
+    engine.append(third, other);
+    const int64_t before = used_blocks(0);
+    engine.prefill({third, 0});
+    EXPECT_EQ(used_blocks(0) - before, base) << "every block of the context is new";
+    for (ContextId c : {first, second, third}) engine.release_context(c);
+    EXPECT_EQ(engine.cache().stats().bytes_in_use, 0);
+  }
+  // Another adapter does not reuse base_shared C rows, and full rows are keyed by adapter.
+  const ContextId mine = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {a});
+  engine.append(mine, text);
+  engine.prefill({mine, 0});
+  const int64_t base = used_blocks(0);
+  const ContextId theirs = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {adapter("qv_shared_a.planner")});
+  engine.append(theirs, text);
+  engine.prefill({theirs, 0});
+  EXPECT_EQ(used_blocks(0), 2 * base);
 }
 
 }  // namespace
