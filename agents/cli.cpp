@@ -18,6 +18,7 @@ usage: lorakv <command> [flags]
 
 commands:
   generate   text generation from a prompt, streamed to stdout
+  bench      benchmarks: 'bench memory' (shared-cache memory, fidelity and speed of N agents)
   inspect    what a GGUF file or Hugging Face checkpoint holds: sizes, tokenizer, tensors
   version    lorakv version, git commit, libtorch version, CPU and vector path (also --version)
 
@@ -36,9 +37,10 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "generate") return run_generate(rest, out, err);
   if (args[0] == "inspect") return run_inspect(rest, out, err);
+  if (args[0] == "bench") return run_bench(rest, out, err);
   if (args[0] == "version" || args[0] == "--version") return run_version(rest, out, err);
   throw ConfigError("unknown command",
-                    {"", args[0], "one of: generate, inspect, version", "", "run 'lorakv --help'"});
+                    {"", args[0], "one of: generate, bench, inspect, version", "", "run 'lorakv --help'"});
 }
 
 int report_error(const std::exception_ptr& error, std::ostream& err) {

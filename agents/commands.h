@@ -11,6 +11,7 @@ namespace lorakv::agents {
 
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_version(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace lorakv::agents

@@ -1,0 +1,169 @@
+// agents/bench_latency.cpp: what sharing buys in time, as ratios against `full` measured in
+// one run with the modes alternated per repetition:
+//   - time to first token of an agent joining a context of real text another agent has
+//     processed: it processes what its mode needs of the context, then its header as
+//     private tokens, and has the logits of its first token;
+//   - aggregate decode tokens/s of 8 agents (the shared-A role adapters and synthetic ones)
+//     on one shared context, every agent's next token in one engine step.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "agents/bench_memory.h"
+#include "common/errors.h"
+
+namespace lorakv::agents {
+
+namespace {
+
+using runtime::SharedWriter;
+using runtime::SharingMode;
+
+const std::vector<SharingMode> kModes = {SharingMode::kFull, SharingMode::kFullShared, SharingMode::kBaseShared,
+                                         SharingMode::kBaseLrShared};
+
+runtime::EngineOptions sized(int64_t rows) {
+  runtime::EngineOptions eo;
+  eo.base_rows = rows;
+  eo.residual_rows = rows;
+  return eo;
+}
+
+double now() { return bench_seconds(); }
+
+// Seconds from the joining agent's first work to its first token's logits.
+double time_to_first_token(BenchWorkload& w, SharingMode mode, const std::vector<int32_t>& text) {
+  const std::vector<AdapterPtr> agents = {w.shared_a[0], w.shared_a[1]};
+  runtime::Engine engine(w.model(), sized(3 * (static_cast<int64_t>(text.size()) + 64)));
+  const runtime::ContextId ctx = engine.create_context({mode, SharedWriter::kFirst}, agents);
+  engine.append(ctx, text);
+  engine.prefill({ctx, 0});  // another agent processed the context (not timed)
+  const double start = now();
+  engine.prefill({ctx, 1});
+  runtime::StepWork work;
+  work.reader = {ctx, 1};
+  work.kind = runtime::StepWork::Kind::kPrivate;
+  work.tokens = w.encode("<|im_start|>actor\n");
+  const runtime::StepResult r = engine.step({work});
+  (void)r.outputs.at(0).logits.argmax().item<int64_t>();
+  return now() - start;
+}
+
+struct DecodeSide {
+  std::unique_ptr<runtime::Engine> engine;
+  runtime::ContextId ctx;
+  std::vector<int32_t> next;  // each agent's next token
+};
+
+DecodeSide prepare_decode(BenchWorkload& w, SharingMode mode, const std::vector<int32_t>& text, int64_t agents) {
+  DecodeSide s;
+  const std::vector<AdapterPtr> readers = w.shared_a_agents(agents);
+  const int64_t copies = mode == SharingMode::kFull ? agents : 1;
+  s.engine = std::make_unique<runtime::Engine>(w.model(), sized(copies * (static_cast<int64_t>(text.size()) + 512) + agents * 512));
+  s.ctx = s.engine->create_context({mode, SharedWriter::kFirst}, readers);
+  s.engine->append(s.ctx, text);
+  std::vector<runtime::StepWork> work;
+  for (int32_t r = 0; r < static_cast<int32_t>(agents); ++r) {
+    std::fprintf(stderr, "[%7.1f s] decode setup: %s, agent %d prefills %zu tokens ...\n", bench_seconds(),
+                 runtime::sharing_mode_name(mode), r, text.size());
+    s.engine->prefill({s.ctx, r});
+    runtime::StepWork wk;
+    wk.reader = {s.ctx, r};
+    wk.kind = runtime::StepWork::Kind::kPrivate;
+    wk.tokens = w.encode("<|im_start|>planner\n");
+    work.push_back(wk);
+  }
+  const runtime::StepResult res = s.engine->step(work);
+  for (const runtime::StepOutput& o : res.outputs) s.next.push_back(static_cast<int32_t>(o.logits[-1].argmax().item<int64_t>()));
+  return s;
+}
+
+// Seconds for `steps` steps of every agent's next token (greedy).
+double decode_steps(DecodeSide& s, int64_t steps) {
+  const double start = now();
+  for (int64_t i = 0; i < steps; ++i) {
+    std::vector<runtime::StepWork> work;
+    for (size_t r = 0; r < s.next.size(); ++r) {
+      runtime::StepWork wk;
+      wk.reader = {s.ctx, static_cast<int32_t>(r)};
+      wk.kind = runtime::StepWork::Kind::kPrivate;
+      wk.tokens = {s.next[r]};
+      work.push_back(wk);
+    }
+    const runtime::StepResult res = s.engine->step(work);
+    LORAKV_CHECK(res.ok, InternalError, "decode benchmark ran out of cache");
+    for (size_t r = 0; r < s.next.size(); ++r) s.next[r] = static_cast<int32_t>(res.outputs[r].logits[0].argmax().item<int64_t>());
+  }
+  return now() - start;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out) {
+  const std::string path = o.out_dir + "/latency.csv";
+  std::ofstream csv(path);
+  csv << "metric,context_tokens,agents,mode,median_seconds,tokens_per_second,ratio_vs_full,repetitions\n";
+
+  // Time to first token of a joining agent, 2K context; the modes rotate per repetition.
+  const std::vector<int32_t> text2k = w.real_text(2048);
+  std::map<SharingMode, std::vector<double>> ttft;
+  for (int64_t rep = 0; rep < o.repetitions; ++rep) {
+    for (size_t k = 0; k < kModes.size(); ++k) {
+      const SharingMode m = kModes[(k + static_cast<size_t>(rep)) % kModes.size()];
+      std::fprintf(stderr, "[%7.1f s] time to first token: repetition %lld, %s ...\n", bench_seconds(),
+                   static_cast<long long>(rep + 1), runtime::sharing_mode_name(m));
+      ttft[m].push_back(time_to_first_token(w, m, text2k));
+    }
+  }
+  out << "\nTime to first token of an agent joining a 2048-token context another agent processed (median of "
+      << o.repetitions << ", modes alternated)\n| mode | seconds | ratio vs full | aim |\n| --- | ---: | ---: | --- |\n";
+  const double full_ttft = median(ttft[SharingMode::kFull]);
+  for (SharingMode m : kModes) {
+    const double s = median(ttft[m]), ratio = s / full_ttft;
+    csv << "ttft_join," << text2k.size() << ",2," << runtime::sharing_mode_name(m) << "," << s << ",," << ratio << ","
+        << o.repetitions << "\n";
+    char line[200];
+    std::snprintf(line, sizeof line, "| %s | %.3f | %.3fx | %s |\n", runtime::sharing_mode_name(m), s, ratio,
+                  m == SharingMode::kBaseLrShared ? (ratio <= 0.1 ? "<= 0.1x: met" : "<= 0.1x: missed") : "");
+    out << line;
+  }
+
+  // Aggregate decode of 8 agents on one context.
+  const int64_t agents = 8, steps = 8;
+  for (int64_t t : o.decode_lengths) {
+    const std::vector<int32_t> text = w.real_text(t);
+    std::map<SharingMode, DecodeSide> sides;
+    for (SharingMode m : kModes) sides.emplace(m, prepare_decode(w, m, text, agents));
+    std::map<SharingMode, std::vector<double>> secs;
+    for (int64_t rep = 0; rep < o.repetitions; ++rep) {
+      for (size_t k = 0; k < kModes.size(); ++k) {
+        const SharingMode m = kModes[(k + static_cast<size_t>(rep)) % kModes.size()];
+        secs[m].push_back(decode_steps(sides.at(m), steps));
+      }
+    }
+    out << "\nAggregate decode, " << agents << " agents on one " << t << "-token context (" << steps
+        << " steps per repetition, median of " << o.repetitions << ", modes alternated)\n"
+        << "| mode | tokens/s | ratio vs full | aim |\n| --- | ---: | ---: | --- |\n";
+    const double full_tps = static_cast<double>(agents * steps) / median(secs[SharingMode::kFull]);
+    for (SharingMode m : kModes) {
+      const double s = median(secs[m]), tps = static_cast<double>(agents * steps) / s, ratio = tps / full_tps;
+      csv << "decode_aggregate," << t << "," << agents << "," << runtime::sharing_mode_name(m) << "," << s << "," << tps
+          << "," << ratio << "," << o.repetitions << "\n";
+      char line[200];
+      std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %s |\n", runtime::sharing_mode_name(m), tps, ratio,
+                    m == SharingMode::kFull ? "" : (ratio >= 2.0 ? ">= 2x: met" : ">= 2x: missed"));
+      out << line;
+    }
+  }
+  out << "wrote " << path << "\n";
+}
+
+}  // namespace lorakv::agents

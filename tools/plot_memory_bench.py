@@ -1,0 +1,40 @@
+"""Plots `lorakv bench memory`'s CSVs: KV bytes and the ratio against N full caches per mode."""
+import argparse
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True)
+    d = Path(p.parse_args().dir)
+    rows = [r for r in csv.DictReader(open(d / "memory.csv")) if r["layout"] == "per_layer"]
+    lengths = sorted({int(r["tokens"]) for r in rows})
+    fig, axes = plt.subplots(2, len(lengths), figsize=(5 * len(lengths), 8), squeeze=False)
+    for col, t in enumerate(lengths):
+        sel = [r for r in rows if int(r["tokens"]) == t]
+        for mode in ["full", "full_shared", "base_shared", "base_lr_shared"]:
+            m = sorted((int(r["agents"]), r) for r in sel if r["mode"] == mode)
+            n = [a for a, _ in m]
+            axes[0][col].plot(n, [int(r["kv_bytes_measured"]) / 2**20 for _, r in m], marker="o", label=mode)
+            axes[1][col].plot(n, [float(r["ratio_vs_n_full_caches"]) for _, r in m], marker="o", label=mode)
+        axes[0][col].set_title(f"KV bytes in use, T = {t} tokens")
+        axes[0][col].set_ylabel("MiB (measured from the pools)")
+        axes[1][col].set_title(f"N full caches / mode, T = {t}")
+        axes[1][col].set_ylabel("ratio")
+        for ax in (axes[0][col], axes[1][col]):
+            ax.set_xlabel("agents N")
+            ax.set_xscale("log", base=2)
+            ax.grid(alpha=0.3)
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(d / "memory.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
