@@ -11,7 +11,7 @@ test:
 build:
 	bash tools/build.sh
 
-# A benchmark (outside `make test`): LORAKV_BENCH=attention (default), generate or quant;
+# A benchmark (outside `make test`): LORAKV_BENCH=attention (default), generate, quant or memory;
 # LORAKV_BENCH_ARGS passes options,
 # e.g. --quick). Run it on an idle machine.
 bench:

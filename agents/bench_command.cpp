@@ -37,7 +37,8 @@ flags:
                       contexts, decode on 2048 and 4096 tokens (tens of minutes)
   --parts LIST        comma-separated subset of memory,fidelity,latency (default all)
   --repetitions N     timed repetitions per mode (default 3)
-  --python FILE       Python with matplotlib for the PNG (default .venv/bin/python, else python3)
+  --python FILE       Python with matplotlib for the PNG (default .venv-bench/bin/python,
+                      else .venv/bin/python, else python3)
 )";
 
 std::vector<std::string> split(const std::string& text) {
@@ -50,7 +51,9 @@ std::vector<std::string> split(const std::string& text) {
 }
 
 std::string default_python() {
-  if (std::filesystem::exists(".venv/bin/python")) return ".venv/bin/python";
+  for (const char* p : {".venv-bench/bin/python", ".venv/bin/python"}) {
+    if (std::filesystem::exists(p)) return p;
+  }
   return "python3";
 }
 

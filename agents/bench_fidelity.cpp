@@ -6,6 +6,8 @@
 // compared with `full` (the exact per-agent baseline) on the logits of the role turns' text:
 // per-token KL(full || mode) and top-1 agreement. Short contexts are single trajectories;
 // long ones append several until about 2K tokens, to see the difference grow with length.
+// The replays run on dense float32 weights: the reference semantics, and fast for the many
+// short steps of a turn-by-turn replay.
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -36,7 +38,7 @@ at::Tensor replay(BenchWorkload& w, const std::vector<AdapterPtr>& readers, runt
   runtime::EngineOptions eo;
   eo.base_rows = 4 * 4096;
   eo.residual_rows = 4 * 4096;
-  runtime::Engine engine(w.model(), eo);
+  runtime::Engine engine(w.dense_model(), eo);
   const runtime::ContextId ctx = engine.create_context(mode, readers);
   const std::vector<int32_t> newline = w.encode("\n");
   std::vector<at::Tensor> turn_logits;

@@ -25,10 +25,10 @@ using runtime::SharingMode;
 const std::vector<SharingMode> kModes = {SharingMode::kFull, SharingMode::kFullShared, SharingMode::kBaseShared,
                                          SharingMode::kBaseLrShared};
 
-runtime::EngineOptions sized(int64_t rows) {
+runtime::EngineOptions sized(int64_t base_rows, int64_t residual_rows) {
   runtime::EngineOptions eo;
-  eo.base_rows = rows;
-  eo.residual_rows = rows;
+  eo.base_rows = base_rows;
+  eo.residual_rows = residual_rows;
   return eo;
 }
 
@@ -37,7 +37,8 @@ double now() { return bench_seconds(); }
 // Seconds from the joining agent's first work to its first token's logits.
 double time_to_first_token(BenchWorkload& w, SharingMode mode, const std::vector<int32_t>& text) {
   const std::vector<AdapterPtr> agents = {w.shared_a[0], w.shared_a[1]};
-  runtime::Engine engine(w.model(), sized(3 * (static_cast<int64_t>(text.size()) + 64)));
+  const int64_t rows = 3 * (static_cast<int64_t>(text.size()) + 64);
+  runtime::Engine engine(w.model(), sized(rows, rows));
   const runtime::ContextId ctx = engine.create_context({mode, SharedWriter::kFirst}, agents);
   engine.append(ctx, text);
   engine.prefill({ctx, 0});  // another agent processed the context (not timed)
@@ -61,8 +62,10 @@ struct DecodeSide {
 DecodeSide prepare_decode(BenchWorkload& w, SharingMode mode, const std::vector<int32_t>& text, int64_t agents) {
   DecodeSide s;
   const std::vector<AdapterPtr> readers = w.shared_a_agents(agents);
-  const int64_t copies = mode == SharingMode::kFull ? agents : 1;
-  s.engine = std::make_unique<runtime::Engine>(w.model(), sized(copies * (static_cast<int64_t>(text.size()) + 512) + agents * 512));
+  const int64_t rows = static_cast<int64_t>(text.size()) + 512;
+  const int64_t base_copies = mode == SharingMode::kFull ? agents : 1;
+  const int64_t residual_copies = mode == SharingMode::kBaseShared ? agents : 1;
+  s.engine = std::make_unique<runtime::Engine>(w.model(), sized(base_copies * rows + agents * 512, residual_copies * rows));
   s.ctx = s.engine->create_context({mode, SharedWriter::kFirst}, readers);
   s.engine->append(s.ctx, text);
   std::vector<runtime::StepWork> work;

@@ -51,6 +51,11 @@ struct BenchWorkload {
   int32_t im_end = 0;
 
   const runtime::LlamaModel& model() const { return *loaded.model; }
+  // The same model with dense float32 weights (loaded on first use): teacher-forced replays
+  // run many short steps, where the block form would dequantise every weight per step.
+  const runtime::LlamaModel& dense_model();
+  std::string model_path;
+  std::unique_ptr<runtime::LlamaModel> dense;
   std::vector<int32_t> encode(const std::string& text) const { return loaded.tokenizer->encode(text); }
   // The first `tokens` tokens of held-out trajectories rendered one after another.
   std::vector<int32_t> real_text(int64_t tokens) const;

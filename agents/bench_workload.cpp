@@ -51,6 +51,7 @@ double bench_seconds() {
 
 BenchWorkload load_workload(const MemoryBenchOptions& o, std::ostream& log) {
   BenchWorkload w;
+  w.model_path = o.model_path;
   w.loaded = runtime::load_model(o.model_path);
   if (!w.loaded.tokenizer) throw ConfigError("the benchmark needs a model with a tokenizer", {o.model_path, "", "", "", ""});
   w.registry = std::make_unique<adapters::AdapterRegistry>(w.model().adapter_shape(), w.model().dtype());
@@ -66,6 +67,11 @@ BenchWorkload load_workload(const MemoryBenchOptions& o, std::ostream& log) {
   log << "workload: " << w.held_out.size() << " held-out trajectories, role adapters all_linear (q k v o gate up down, r 8) "
       << "and qv_shared_a (q v, shared A, r 8)\n";
   return w;
+}
+
+const runtime::LlamaModel& BenchWorkload::dense_model() {
+  if (!dense) dense = std::move(runtime::load_model(model_path, at::kFloat, runtime::WeightForm::kFloat32).model);
+  return *dense;
 }
 
 std::vector<int32_t> BenchWorkload::real_text(int64_t tokens) const {

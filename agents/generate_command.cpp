@@ -43,6 +43,8 @@ flags:
   --seed S                  random seed for sampling (default 0)
   --stop TEXT               stop when TEXT appears; not printed; repeatable
   --logprobs                after the text, print each generated token with its log-probability
+  --memory                  print the KV cache's bytes (measured from its pools: base K, V,
+                            positions, peak, metadata) and the model's and adapters' to stderr
   --dtype TYPE              float32 (default) or bfloat16 activations and compute
   --weights FORM            native (default: a GGUF file's 4/8-bit blocks stay quantised and
                             are read directly, about 6x fewer bytes per token than float32),
@@ -104,11 +106,16 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
 
   log::Stopwatch watch;
   const bool stream = requests.size() == 1;
-  std::vector<runtime::GenerationOutput> results =
-      runtime::generate(*loaded.model, &tok, requests, [&](const runtime::StreamEvent& e) {
+  runtime::EngineMemory memory;
+  runtime::GeneratorOptions gen_options;
+  gen_options.memory = &memory;
+  std::vector<runtime::GenerationOutput> results = runtime::generate(
+      *loaded.model, &tok, requests,
+      [&](const runtime::StreamEvent& e) {
         if (stream) out << e.text << std::flush;
         return true;
-      });
+      },
+      gen_options);
   const double seconds = watch.seconds();
   size_t generated = 0;
   for (size_t i = 0; i < results.size(); ++i) {
@@ -131,6 +138,16 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
                 prompt_tokens, generated, seconds, static_cast<double>(generated) / std::max(seconds, 1e-9),
                 runtime::finish_reason_name(results[0].finish_reason));
   err << line << "\n";
+  if (options.print_memory) {
+    const cache::CacheStats& c = memory.cache;
+    auto mib = [](int64_t b) { return static_cast<double>(b) / (1 << 20); };
+    std::snprintf(line, sizeof line,
+                  "[memory: KV cache peak %.2f MiB (at the last step: base K %.2f, base V %.2f, positions %.2f, "
+                  "residuals %.2f MiB; host metadata %.2f MiB), model weights %.1f MiB, adapters %.2f MiB]",
+                  mib(c.peak_bytes_in_use), mib(c.base_k_bytes), mib(c.base_v_bytes), mib(c.positions_bytes),
+                  mib(c.residual_bytes_total), mib(c.metadata_bytes), mib(memory.model_weight_bytes), mib(memory.adapter_bytes));
+    err << line << "\n";
+  }
   return 0;
 }
 

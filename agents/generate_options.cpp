@@ -128,7 +128,7 @@ const std::set<std::string>& generate_value_flags() {
 }
 
 const std::set<std::string>& generate_bool_flags() {
-  static const std::set<std::string> flags = {"--chat", "--logprobs", "--help"};
+  static const std::set<std::string> flags = {"--chat", "--logprobs", "--memory", "--help"};
   return flags;
 }
 
@@ -164,6 +164,7 @@ GenerateOptions parse_generate_options(const CliArgs& a) {
   o.request.sampling = parse_sampling(a);
   o.request.stop_strings = parse_stops(a);
   o.request.logprobs = a.has("--logprobs");
+  o.print_memory = a.has("--memory");
   return o;
 }
 

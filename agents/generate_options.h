@@ -33,6 +33,7 @@ struct GenerateOptions {
   at::ScalarType dtype = at::kFloat;
   runtime::WeightForm weights = runtime::WeightForm::kNative;  // --weights
   bool chat = false;
+  bool print_memory = false;  // --memory
   std::optional<std::string> chat_format;      // a known format name; only with chat
   std::optional<log::Level> log_level;
 };

@@ -48,6 +48,7 @@
 #include "common/cpu_features.h"
 #include "common/errors.h"
 #include "common/logging.h"
+#include "runtime/engine.h"
 #include "runtime/loaded_model.h"
 
 namespace {
@@ -149,23 +150,36 @@ struct LorakvSide {
   std::vector<std::shared_ptr<const lorakv::adapters::Adapter>> adapters;
 };
 
+// Through the engine: each sequence a context of its own with one reader (mode full), its
+// prompt processed in one step with every other's, then one step per token for all.
 DecodeResult lorakv_decode(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts, int batch,
                            int steps, const std::vector<std::shared_ptr<const lorakv::adapters::Adapter>>* adapters) {
-  auto cache = model.make_cache();
-  std::vector<SequenceInput> seqs;
+  lorakv::runtime::EngineOptions eo;
+  eo.base_rows = 0;
+  for (int i = 0; i < batch; ++i) eo.base_rows += static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()) + steps + 64;
+  eo.prefill_chunk = 4096;
+  lorakv::runtime::Engine engine(model, eo);
+  std::vector<lorakv::runtime::StepWork> work(static_cast<size_t>(batch));
   for (int i = 0; i < batch; ++i) {
-    seqs.push_back({lorakv::SeqId(i), prompts[static_cast<size_t>(i)],
-                    adapters ? (*adapters)[static_cast<size_t>(i)].get() : nullptr});
+    const auto ctx = engine.create_context({lorakv::runtime::SharingMode::kFull, lorakv::runtime::SharedWriter::kFirst},
+                                           {adapters ? (*adapters)[static_cast<size_t>(i)] : nullptr});
+    engine.append(ctx, prompts[static_cast<size_t>(i)]);
+    work[static_cast<size_t>(i)].reader = {ctx, 0};
   }
-  at::Tensor next = model.forward(seqs, *cache).argmax(1).contiguous();  // int64 [B]
+  auto argmax_all = [&](const lorakv::runtime::StepResult& res) {
+    std::vector<int32_t> ids;
+    for (const auto& o : res.outputs) ids.push_back(static_cast<int32_t>(o.logits[-1].argmax().item<int64_t>()));
+    return ids;
+  };
+  std::vector<int32_t> next = argmax_all(engine.step(work));
   DecodeResult r;
-  r.ids.push_back(static_cast<int32_t>(next.data_ptr<int64_t>()[0]));
+  r.ids.push_back(next[0]);
+  for (auto& w : work) w.kind = lorakv::runtime::StepWork::Kind::kPrivate;
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < steps; ++s) {
-    const int64_t* p = next.data_ptr<int64_t>();
-    for (int i = 0; i < batch; ++i) seqs[static_cast<size_t>(i)].tokens = {static_cast<int32_t>(p[i])};
-    next = model.forward(seqs, *cache).argmax(1).contiguous();
-    r.ids.push_back(static_cast<int32_t>(next.data_ptr<int64_t>()[0]));
+    for (int i = 0; i < batch; ++i) work[static_cast<size_t>(i)].tokens = {next[static_cast<size_t>(i)]};
+    next = argmax_all(engine.step(work));
+    r.ids.push_back(next[0]);
   }
   r.seconds = seconds_since(t0);
   return r;
@@ -343,9 +357,15 @@ int run(const Options& o) {
     s.bytes_per_token = static_cast<double>(model->weights().num_bytes);
     s.params = params;
     s.prefill = [model, &prompts] {
-      auto cache = model->make_cache();
+      lorakv::runtime::EngineOptions eo;
+      eo.base_rows = static_cast<int64_t>(prompts[0].size()) + 64;
+      eo.prefill_chunk = 4096;  // the whole prompt in one step, as the other sides run it
+      lorakv::runtime::Engine engine(*model, eo);
+      const auto ctx = engine.create_context({lorakv::runtime::SharingMode::kFull, lorakv::runtime::SharedWriter::kFirst},
+                                             {nullptr});
+      engine.append(ctx, prompts[0]);
       const auto t0 = std::chrono::steady_clock::now();
-      (void)model->forward({{lorakv::SeqId(0), prompts[0]}}, *cache).argmax().item<int64_t>();
+      (void)engine.prefill({ctx, 0}).argmax().item<int64_t>();
       return seconds_since(t0);
     };
     s.decode = [model, adapters, &prompts](int batch, int steps, bool with_adapters) {

@@ -120,6 +120,7 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
       }
       if (owner.empty()) break;
       logits = at::cat(rows, 0);
+      if (options.memory) *options.memory = engine->memory();
     } else {
       std::vector<SequenceInput> batch;
       std::unique_ptr<KvCache> cache = model.make_cache();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/engine.h"
 #include "runtime/llama_model.h"
 #include "runtime/sampler.h"
 
@@ -53,6 +54,9 @@ struct GenerationOutput {
 struct GeneratorOptions {
   // false: recompute every sequence from scratch each step (a reference mode for tests).
   bool use_cache = true;
+  // When set (and use_cache), filled after every step with the engine's memory, measured
+  // from its pools: after the run it holds the last step's bytes and the peak.
+  EngineMemory* memory = nullptr;
 };
 
 // Runs all requests as one batch until each finishes. `tokenizer` may be null when no

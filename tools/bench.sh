@@ -5,6 +5,8 @@
 #   generate             prefill/decode of every weight form vs llama.cpp and transformers
 #                        -> generate_cpu.{csv,png}
 #   quant                one projection from 4/8-bit blocks vs dense -> quant_matmul.csv
+#   memory               `lorakv bench memory`: N agents on one shared trajectory in every
+#                        sharing mode -> memory/{memory,fidelity,latency}.csv, memory.png
 # with the arguments in LORAKV_BENCH_ARGS (for example "--quick" for attention, "--reps 3"
 # for generate). Results go to build/bench_results/. Run it on an idle machine: any other
 # load (a build, a second benchmark) changes every figure.
@@ -24,5 +26,9 @@ case "${LORAKV_BENCH:-attention}" in
       ${LORAKV_BENCH_ARGS:-} ;;
   quant)
     phase "quantised projection benchmark" "$LORAKV_BUILD_DIR/bench/lorakv_quant_matmul_bench" ${LORAKV_BENCH_ARGS:-} ;;
-  *) die "unknown LORAKV_BENCH '${LORAKV_BENCH}' (use: attention, generate or quant)" ;;
+  memory)
+    phase "shared-cache memory benchmark" "$LORAKV_BUILD_DIR/agents/lorakv" bench memory --model "$LORAKV_MODEL_FILE" \
+      --assets "$LORAKV_ROOT/assets" --python "$LORAKV_ROOT/.venv-bench/bin/python" \
+      --out "$LORAKV_BUILD_DIR/bench_results/memory" ${LORAKV_BENCH_ARGS:-} ;;
+  *) die "unknown LORAKV_BENCH '${LORAKV_BENCH}' (use: attention, generate, quant or memory)" ;;
 esac

@@ -302,6 +302,81 @@ TEST_F(EngineModes, FullModeEqualsTheContiguousPath) {
   }
 }
 
+// Chunked context processing of one reader runs in the same step as another reader's
+// private token on the same context and a reader of another context, and each gets what it
+// gets when run alone.
+TEST_F(EngineModes, ContextChunksRunBesideOtherReadersDecodeSteps) {
+  const std::vector<AdapterPtr> readers = role_set("qv_shared_a");
+  const std::vector<std::vector<int32_t>> t = turns();
+  auto setup = [&](Engine& e) {
+    const ContextId a = e.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, readers);
+    const ContextId b = e.create_context({SharingMode::kFull, SharedWriter::kFirst}, {readers[2]});
+    e.append(a, t[0]);
+    e.append(b, t[4]);
+    e.prefill({a, 0});
+    return std::make_pair(a, b);
+  };
+  auto private_work = [](ReaderRef r, std::vector<int32_t> tokens) {
+    StepWork w;
+    w.reader = r;
+    w.kind = StepWork::Kind::kPrivate;
+    w.tokens = std::move(tokens);
+    return w;
+  };
+  auto context_work = [](ReaderRef r) {
+    StepWork w;
+    w.reader = r;
+    w.max_tokens = 9;
+    w.all_logits = true;
+    return w;
+  };
+  Engine together(*model_, small_chunks()), alone(*model_, small_chunks());
+  const auto [a1, b1] = setup(together);
+  const auto [a2, b2] = setup(alone);
+  const StepResult mixed = together.step({private_work({a1, 0}, {t[1][0]}), context_work({a1, 1}), context_work({b1, 0})});
+  ASSERT_TRUE(mixed.ok);
+  const at::Tensor decode = alone.step({private_work({a2, 0}, {t[1][0]})}).outputs[0].logits;
+  const at::Tensor chunk = alone.step({context_work({a2, 1})}).outputs[0].logits;
+  const at::Tensor other = alone.step({context_work({b2, 0})}).outputs[0].logits;
+  EXPECT_EQ(mixed.outputs[1].tokens_processed, 9);
+  EXPECT_LT(max_diff(mixed.outputs[0].logits, decode), kTolerance);
+  EXPECT_LT(max_diff(mixed.outputs[1].logits, chunk), kTolerance);
+  EXPECT_LT(max_diff(mixed.outputs[2].logits, other), kTolerance);
+}
+
+// A reader whose adapter has a rank no pool holds joins later: its residual pool is created
+// then, with rows of its own rank (a padded pool would give it rank-8 rows), and it matches
+// the reference.
+TEST_F(EngineModes, AdapterOfANewRankGetsItsOwnPool) {
+  const AdapterPtr planner = adapter("qv_shared_a.planner");
+  std::vector<adapters::LoraModule> modules;
+  for (const adapters::LoraModule& m : planner->modules()) {
+    if (m.module != adapters::ModuleId::kV) continue;
+    // Rank 4: the first four rows of A and columns of B (B already holds the scale).
+    modules.push_back(adapters::make_lora_module(planner->base_shape(), m.layer, m.module, m.a.narrow(0, 0, 4).to(at::kFloat),
+                                                 m.b.narrow(1, 0, 4).to(at::kFloat), 4.0, 1.0, m.a.scalar_type(), "rank4", ""));
+  }
+  const AdapterPtr rank4 = std::make_shared<adapters::Adapter>("rank4", "in-test", adapters::AdapterFormat::kPeft,
+                                                               planner->base_shape(), std::move(modules));
+  Engine engine(*model_, small_chunks());
+  const ContextId ctx = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, {planner});
+  EXPECT_EQ(engine.cache().manager().num_pools(), 2);  // base, rank 8
+  engine.append(ctx, turns()[0]);
+  engine.prefill({ctx, 0});
+  EXPECT_EQ(engine.add_reader(ctx, rank4), 1);
+  ASSERT_EQ(engine.cache().manager().num_pools(), 3);
+  EXPECT_EQ(engine.cache().manager().pool_rank(2), 4);
+  const at::Tensor ours = EngineSide{engine, ctx}.process(1);
+
+  reference::SharingReference ref(*model_, SharingMode::kBaseShared, SharedWriter::kFirst, {planner.get(), rank4.get()});
+  ref.append(turns()[0]);
+  ref.process(0);
+  EXPECT_LT(max_diff(ours, ref.process(1)), kTolerance);
+  const cache::CacheStats stats = engine.cache().stats();
+  EXPECT_EQ(stats.pools.at(2).block_bytes, 16 * 4 * 4);  // rank-4 float32 rows, half a rank-8 block
+  EXPECT_EQ(stats.residual_bytes.at(rank4->identity()), stats.residual_bytes.at(planner->identity()) / 2);
+}
+
 TEST_F(EngineTest, ModeRefusesAdaptersItCannotServe) {
   Engine engine(*model_);
   try {
