@@ -31,10 +31,12 @@ flags:
   --model FILE        GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
   --assets DIR        role adapters and held-out trajectories (default assets)
   --out DIR           where the CSVs and the PNG go (default bench_results/memory)
-  --quick             the default: N in 1 2 4 8 16 at T = 512, 4 short and 1 long
-                      fidelity context, decode on a 2048-token context (a few minutes)
+  --quick             the default: N in 1 2 4 8 16 at T = 512, fidelity on 4 short
+                      contexts (both adapter sets) and 1 long one (the shared-A set),
+                      decode on a 2048-token context (about 8 minutes on 2 cores)
   --full              the whole grid: T in 512 2048 8192, 12 short and 3 long fidelity
-                      contexts, decode on 2048 and 4096 tokens (tens of minutes)
+                      contexts for both sets, decode on 2048 and 4096 tokens (about an
+                      hour on 2 cores)
   --parts LIST        comma-separated subset of memory,fidelity,latency (default all)
   --repetitions N     timed repetitions per mode (default 3)
   --python FILE       Python with matplotlib for the PNG (default .venv-bench/bin/python,

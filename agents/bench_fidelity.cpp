@@ -120,6 +120,8 @@ void run_fidelity(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& o
   std::map<std::string, Fidelity> results;  // set|mode|writer|length
   for (const auto& [length, trajs] : contexts) {
     for (const std::string set : {"all_linear", "qv_shared_a"}) {
+      // --quick: the long context with the shared-A set only (every mode can serve it).
+      if (length == "long" && set == "all_linear" && !o.full_grid) continue;
       const std::vector<AdapterPtr>& readers = set == "all_linear" ? w.all_linear : w.shared_a;
       std::fprintf(stderr, "[%7.1f s] fidelity: %s context of %zu trajectories, set %s ...\n", bench_seconds(), length.c_str(),
                    trajs.size(), set.c_str());

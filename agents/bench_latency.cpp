@@ -2,7 +2,9 @@
 // one run with the modes alternated per repetition:
 //   - time to first token of an agent joining a context of real text another agent has
 //     processed: it processes what its mode needs of the context, then its header as
-//     private tokens, and has the logits of its first token;
+//     private tokens, and has the logits of its first token (each repetition, another agent
+//     with an adapter of its own joins the same context, so nothing of an earlier joiner
+//     is reused);
 //   - aggregate decode tokens/s of 8 agents (the shared-A role adapters and synthetic ones)
 //     on one shared context, every agent's next token in one engine step.
 #include <ATen/ATen.h>
@@ -34,22 +36,34 @@ runtime::EngineOptions sized(int64_t base_rows, int64_t residual_rows) {
 
 double now() { return bench_seconds(); }
 
-// Seconds from the joining agent's first work to its first token's logits.
-double time_to_first_token(BenchWorkload& w, SharingMode mode, const std::vector<int32_t>& text) {
-  const std::vector<AdapterPtr> agents = {w.shared_a[0], w.shared_a[1]};
-  const int64_t rows = 3 * (static_cast<int64_t>(text.size()) + 64);
-  runtime::Engine engine(w.model(), sized(rows, rows));
-  const runtime::ContextId ctx = engine.create_context({mode, SharedWriter::kFirst}, agents);
-  engine.append(ctx, text);
-  engine.prefill({ctx, 0});  // another agent processed the context (not timed)
+// One context of real text another agent has processed; joining agents are added to it.
+struct JoinSide {
+  std::unique_ptr<runtime::Engine> engine;
+  runtime::ContextId ctx;
+};
+
+JoinSide prepare_join(BenchWorkload& w, SharingMode mode, const std::vector<int32_t>& text, int64_t joins) {
+  JoinSide s;
+  const int64_t rows = (joins + 1) * (static_cast<int64_t>(text.size()) + 64);
+  s.engine = std::make_unique<runtime::Engine>(w.model(), sized(rows, rows));
+  s.ctx = s.engine->create_context({mode, SharedWriter::kFirst}, {w.shared_a[0]});
+  s.engine->append(s.ctx, text);
+  s.engine->prefill({s.ctx, 0});  // another agent processed the context (not timed)
+  return s;
+}
+
+// Seconds from a new agent's joining to its first token's logits: it processes what its
+// mode needs of the context, then its header as private tokens.
+double time_to_first_token(BenchWorkload& w, JoinSide& s, const AdapterPtr& joiner) {
   const double start = now();
-  engine.prefill({ctx, 1});
+  const int32_t r = s.engine->add_reader(s.ctx, joiner);
+  s.engine->prefill({s.ctx, r});
   runtime::StepWork work;
-  work.reader = {ctx, 1};
+  work.reader = {s.ctx, r};
   work.kind = runtime::StepWork::Kind::kPrivate;
   work.tokens = w.encode("<|im_start|>actor\n");
-  const runtime::StepResult r = engine.step({work});
-  (void)r.outputs.at(0).logits.argmax().item<int64_t>();
+  const runtime::StepResult res = s.engine->step({work});
+  (void)res.outputs.at(0).logits.argmax().item<int64_t>();
   return now() - start;
 }
 
@@ -117,13 +131,16 @@ void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& ou
 
   // Time to first token of a joining agent, 2K context; the modes rotate per repetition.
   const std::vector<int32_t> text2k = w.real_text(2048);
+  const std::vector<AdapterPtr> joiners = w.shared_a_agents(o.repetitions + 1);
+  std::map<SharingMode, JoinSide> joins;
+  for (SharingMode m : kModes) joins.emplace(m, prepare_join(w, m, text2k, o.repetitions));
   std::map<SharingMode, std::vector<double>> ttft;
   for (int64_t rep = 0; rep < o.repetitions; ++rep) {
     for (size_t k = 0; k < kModes.size(); ++k) {
       const SharingMode m = kModes[(k + static_cast<size_t>(rep)) % kModes.size()];
       std::fprintf(stderr, "[%7.1f s] time to first token: repetition %lld, %s ...\n", bench_seconds(),
                    static_cast<long long>(rep + 1), runtime::sharing_mode_name(m));
-      ttft[m].push_back(time_to_first_token(w, m, text2k));
+      ttft[m].push_back(time_to_first_token(w, joins.at(m), joiners[static_cast<size_t>(rep) + 1]));
     }
   }
   out << "\nTime to first token of an agent joining a 2048-token context another agent processed (median of "

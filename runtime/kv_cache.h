@@ -1,6 +1,7 @@
-// runtime/kv_cache.h: the small interface the model uses to store and read K/V rows, and
-// a simple per-sequence contiguous implementation. The shared, paged cache of later
-// issues (cache/) implements the same interface. Not thread-safe: one engine step at a time.
+// runtime/kv_cache.h: a simple per-sequence contiguous K/V cache, the reference path of the
+// tests (LlamaModel::forward(batch, KvCache&) and generate's use_cache = false). Generation
+// runs on the engine and the paged, shared cache (runtime/engine.h, cache/). Not
+// thread-safe: one step at a time.
 #pragma once
 
 #include <ATen/ATen.h>
