@@ -207,6 +207,7 @@ void Engine::append(ContextId context, const std::vector<int32_t>& tokens) {
 at::Tensor Engine::prefill(ReaderRef reader) {
   at::Tensor last;
   while (pending_tokens(reader) > 0) {
+    const int64_t before = pending_tokens(reader);
     StepWork w;
     w.reader = reader;
     w.kind = StepWork::Kind::kContext;
@@ -224,6 +225,8 @@ at::Tensor Engine::prefill(ReaderRef reader) {
                            "raise EngineOptions::base_rows / residual_rows or release contexts"});
     }
     const StepOutput& out = r.outputs.front();
+    LORAKV_ASSERT(out.tokens_processed > 0 || pending_tokens(reader) < before,
+                  "prefill made no progress on context " << reader.context.value());
     last = out.logits.size(0) > 0 && pending_tokens(reader) == 0 ? out.logits[out.logits.size(0) - 1] : at::Tensor();
     if (pending_tokens(reader) > 0 && observer_) observer_->between_chunks(reader.context);
   }
