@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "agents/bench_memory.h"
@@ -38,6 +39,9 @@ flags:
                       contexts for both sets, decode on 2048 and 4096 tokens (about an
                       hour on 2 cores)
   --parts LIST        comma-separated subset of memory,fidelity,latency (default all)
+  --lengths LIST      context lengths T of the memory grid, e.g. 512,2048 (overrides the grid's)
+  --agents LIST       agent counts N of the memory grid, e.g. 1,8,16
+  --decode-lengths LIST  context lengths of the 8-agent decode, e.g. 2048,4096
   --repetitions N     timed repetitions per mode (default 3)
   --python FILE       Python with matplotlib for the PNG (default .venv-bench/bin/python,
                       else .venv/bin/python, else python3)
@@ -82,7 +86,8 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
     throw ConfigError("unknown benchmark", {"", args[0], "memory", args[0], "run 'lorakv bench --help'"});
   }
   const CliArgs a(std::vector<std::string>(args.begin() + 1, args.end()),
-                  {"--model", "--assets", "--out", "--parts", "--repetitions", "--python"},
+                  {"--model", "--assets", "--out", "--parts", "--repetitions", "--python", "--lengths", "--agents",
+                   "--decode-lengths"},
                   {"--quick", "--full", "--help"}, "bench memory");
   if (a.has("--help")) {
     out << kHelp;
@@ -100,6 +105,23 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
   o.lengths = o.full_grid ? std::vector<int64_t>{512, 2048, 8192} : std::vector<int64_t>{512};
   o.fidelity_trajectories = o.full_grid ? 12 : 4;
   o.decode_lengths = o.full_grid ? std::vector<int64_t>{2048, 4096} : std::vector<int64_t>{2048};
+  auto int_list = [&](const char* flag, std::vector<int64_t>& into, int64_t max) {
+    const std::optional<std::string> text = a.get(flag);
+    if (!text) return;
+    into.clear();
+    for (const std::string& item : split(*text)) {
+      char* end = nullptr;
+      const long long v = std::strtoll(item.c_str(), &end, 10);
+      if (end == item.c_str() || *end != '\0' || v < 1 || v > max) {
+        throw ConfigError("bad list entry", {"", flag, "integers in 1.." + std::to_string(max) + ", comma-separated", item, ""});
+      }
+      into.push_back(v);
+    }
+    if (into.empty()) throw ConfigError("empty list", {"", flag, "at least one integer", *text, ""});
+  };
+  int_list("--lengths", o.lengths, 1 << 20);
+  int_list("--agents", o.agents, 64);
+  int_list("--decode-lengths", o.decode_lengths, 1 << 20);
   const std::vector<std::string> parts = split(a.get("--parts").value_or("memory,fidelity,latency"));
   for (const std::string& p : parts) {
     if (p != "memory" && p != "fidelity" && p != "latency") {
