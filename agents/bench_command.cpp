@@ -2,6 +2,7 @@
 // (agents/bench_memory_grid.cpp, bench_fidelity.cpp, bench_latency.cpp) and the plot.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -144,7 +145,7 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
     if (p == "fidelity") run_fidelity(w, o, out);
     if (p == "latency") run_latency(w, o, out);
   }
-  plot(o, out);
+  if (std::find(parts.begin(), parts.end(), "memory") != parts.end()) plot(o, out);  // it plots memory.csv
   char line[96];
   std::snprintf(line, sizeof line, "wall time %.1f s\n", bench_seconds());
   out << line;
