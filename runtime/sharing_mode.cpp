@@ -31,8 +31,6 @@ std::optional<SharedWriter> parse_shared_writer(const std::string& text) {
   return std::nullopt;
 }
 
-bool mode_reprocesses_context(SharingMode mode) { return mode == SharingMode::kFull || mode == SharingMode::kBaseShared; }
-
 bool mode_keeps_residuals(SharingMode mode) {
   return mode == SharingMode::kBaseShared || mode == SharingMode::kBaseLrShared;
 }

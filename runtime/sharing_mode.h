@@ -30,9 +30,6 @@ const char* shared_writer_name(SharedWriter writer);  // "first", "base"
 std::optional<SharingMode> parse_sharing_mode(const std::string& text);
 std::optional<SharedWriter> parse_shared_writer(const std::string& text);
 
-// Whether readers must process every token of the context themselves (to build their own
-// rows or residuals): true for full and base_shared.
-bool mode_reprocesses_context(SharingMode mode);
 // Whether the shared rows are base rows with residual streams beside them.
 bool mode_keeps_residuals(SharingMode mode);
 
