@@ -1,11 +1,11 @@
 // adapters/adapter.cpp: shape checks, folding and hashing of LoRA factors.
-#include "adapters/adapter.h"
+#include "lorakv/adapters/adapter.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "common/errors.h"
-#include "common/shape_string.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/shape_string.h"
 
 namespace lorakv::adapters {
 namespace {

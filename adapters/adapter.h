@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "common/adapter_identity.h"
-#include "common/sha256.h"
-#include "formats/llama_modules.h"
+#include "lorakv/common/adapter_identity.h"
+#include "lorakv/common/sha256.h"
+#include "lorakv/formats/llama_modules.h"
 
 namespace lorakv::adapters {
 

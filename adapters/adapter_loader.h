@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "adapters/adapter.h"
+#include "lorakv/adapters/adapter.h"
 
 namespace lorakv::adapters {
 

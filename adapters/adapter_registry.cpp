@@ -1,10 +1,10 @@
 // adapters/adapter_registry.cpp: the registry's bookkeeping under one mutex.
-#include "adapters/adapter_registry.h"
+#include "lorakv/adapters/adapter_registry.h"
 
 #include <algorithm>
 #include <tuple>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::adapters {
 

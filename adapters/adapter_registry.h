@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "adapters/adapter.h"
-#include "adapters/adapter_loader.h"
+#include "lorakv/adapters/adapter.h"
+#include "lorakv/adapters/adapter_loader.h"
 
 namespace lorakv::adapters {
 

@@ -7,12 +7,12 @@
 #include <map>
 #include <regex>
 
-#include "adapters/adapter_loader.h"
-#include "common/errors.h"
-#include "formats/ggml_types.h"
-#include "formats/gguf_file.h"
-#include "formats/llama_modules.h"
-#include "kernels/qk_unpermute.h"
+#include "lorakv/adapters/adapter_loader.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/ggml_types.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/llama_modules.h"
+#include "lorakv/kernels/qk_unpermute.h"
 
 namespace lorakv::adapters {
 namespace {

@@ -1,9 +1,9 @@
 // adapters/peft_config_rules.cpp: PEFT target rules (see peft_config_rules.h).
-#include "adapters/peft_config_rules.h"
+#include "lorakv/adapters/peft_config_rules.h"
 
 #include <regex>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::adapters {
 namespace {

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/json.h"
+#include "lorakv/formats/json.h"
 
 namespace lorakv::adapters {
 

@@ -6,11 +6,11 @@
 #include <regex>
 #include <set>
 
-#include "adapters/adapter_loader.h"
-#include "adapters/peft_config_rules.h"
-#include "common/errors.h"
-#include "formats/json.h"
-#include "formats/safetensors_file.h"
+#include "lorakv/adapters/adapter_loader.h"
+#include "lorakv/adapters/peft_config_rules.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/json.h"
+#include "lorakv/formats/safetensors_file.h"
 
 namespace lorakv::adapters {
 namespace {

@@ -43,13 +43,14 @@
 #include <thread>
 #include <vector>
 
-#include "adapters/adapter_registry.h"
+#include "lorakv/adapters/adapter_registry.h"
 #include "bench_common.h"
-#include "common/cpu_features.h"
-#include "common/errors.h"
-#include "common/logging.h"
-#include "runtime/engine.h"
-#include "runtime/loaded_model.h"
+#include "lorakv/common/cpu_features.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/logging.h"
+#include "lorakv/common/subprocess.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/loaded_model.h"
 
 namespace {
 
@@ -328,10 +329,10 @@ int run(const Options& o) {
   // Eight different adapters for the mixed-adapter decode.
   const std::string marker = o.adapters_dir + "/adapter_" + std::to_string(o.batch - 1) + "/adapter_model.safetensors";
   if (!o.python.empty() && !std::filesystem::exists(marker)) {
-    const std::string cmd = "'" + o.python + "' '" LORAKV_SOURCE_DIR "/tools/peft_decode_bench.py' --model '" + o.model +
-                            "' --adapters-dir '" + o.adapters_dir + "' --create-only";
-    std::printf("creating %d rank-8 adapters: %s\n", o.batch, cmd.c_str());
-    if (std::system(cmd.c_str()) != 0) throw std::runtime_error("creating the adapters failed");
+    const std::vector<std::string> cmd = {o.python, LORAKV_SOURCE_DIR "/tools/peft_decode_bench.py", "--model", o.model,
+                                          "--adapters-dir", o.adapters_dir, "--create-only"};
+    std::printf("creating %d rank-8 adapters: %s\n", o.batch, lorakv::describe_command(cmd).c_str());
+    if (lorakv::run_process(cmd).exit_code != 0) throw std::runtime_error("creating the adapters failed");
   }
   const bool have_adapters = std::filesystem::exists(marker);
   if (have_adapters) {
@@ -498,9 +499,9 @@ int run(const Options& o) {
   if (!plot_python.empty()) {
     const std::string script = o.csv + ".plot.py";
     std::ofstream(script) << kPlotScript;
-    const std::string cmd = "'" + plot_python + "' '" + script + "' '" + o.csv + "' '" + o.png + "' \"" + machine +
-                            "\" 2>/dev/null";
-    if (std::system(cmd.c_str()) == 0) std::printf("wrote %s\n", o.png.c_str());
+    lorakv::ProcessOptions quiet;
+    quiet.silence_stderr = true;
+    if (lorakv::run_process({plot_python, script, o.csv, o.png, machine}, quiet).exit_code == 0) std::printf("wrote %s\n", o.png.c_str());
     else std::printf("no PNG: %s has no matplotlib (tools/setup_python.sh bench)\n", plot_python.c_str());
     std::remove(script.c_str());
   }

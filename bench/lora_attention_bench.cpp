@@ -45,8 +45,9 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "common/cpu_features.h"
-#include "kernels/lora_attention.h"
+#include "lorakv/common/cpu_features.h"
+#include "lorakv/common/subprocess.h"
+#include "lorakv/kernels/lora_attention.h"
 
 namespace {
 
@@ -485,8 +486,7 @@ void plot(const Options& o) {
   }
   const std::string script = o.png + ".py";
   std::ofstream(script) << kPlotScript;
-  const std::string cmd = "'" + o.python + "' '" + script + "' '" + o.csv + "' '" + o.png + "'";
-  if (std::system(cmd.c_str()) == 0) {
+  if (lorakv::run_process({o.python, script, o.csv, o.png}).exit_code == 0) {
     std::cout << "plot: " << o.png << "\n";
   } else {
     std::cout << "no PNG: the plot script failed (matplotlib missing?); the CSV has every figure\n";

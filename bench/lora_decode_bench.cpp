@@ -22,10 +22,11 @@
 #include <thread>
 #include <vector>
 
-#include "adapters/adapter_registry.h"
-#include "formats/gguf_file.h"
-#include "formats/json.h"
-#include "runtime/llama_model.h"
+#include "lorakv/adapters/adapter_registry.h"
+#include "lorakv/common/subprocess.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/json.h"
+#include "lorakv/runtime/llama_model.h"
 
 namespace {
 
@@ -42,14 +43,13 @@ std::string cpu_model() {
   return "unknown";
 }
 
-std::string run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  if (pclose(p) != 0) std::cerr << "command failed: " << cmd << "\n";
-  return out;
+// Runs a helper with an argument vector (no shell) and returns its stdout.
+std::string run_command(const std::vector<std::string>& argv) {
+  lorakv::ProcessOptions capture;
+  capture.capture_output = true;
+  const lorakv::ProcessResult r = lorakv::run_process(argv, capture);
+  if (r.exit_code != 0) std::cerr << "command failed: " << lorakv::describe_command(argv) << "\n";
+  return r.output;
 }
 
 // Seconds for `steps` decode steps of the batch after a prefill and two warm-up steps.
@@ -99,11 +99,10 @@ int main(int argc, char** argv) {
   const int steps = std::stoi(opt["--steps"]), prompt_tokens = std::stoi(opt["--prompt-tokens"]);
   const int repeats = std::stoi(opt["--repeats"]);
   try {
-    const std::string py = opt["--python"] + " " + src + "/tools/peft_decode_bench.py --model " + opt["--model"] +
-                           " --adapters-dir " + opt["--adapters-dir"] + " --steps " + opt["--steps"] +
-                           " --prompt-tokens " + opt["--prompt-tokens"] + " --targets " + opt["--targets"] +
-                           " --repeats " + opt["--repeats"] +
-                           " --threads " + std::to_string(at::get_num_threads());
+    std::vector<std::string> py = {opt["--python"], src + "/tools/peft_decode_bench.py", "--model", opt["--model"],
+                                   "--adapters-dir", opt["--adapters-dir"], "--steps", opt["--steps"],
+                                   "--prompt-tokens", opt["--prompt-tokens"], "--targets", opt["--targets"],
+                                   "--repeats", opt["--repeats"], "--threads", std::to_string(at::get_num_threads())};
     // The PEFT script creates the adapters when they do not exist yet.
     std::map<std::string, double> peft_tps;
     if (peft) {
@@ -114,7 +113,8 @@ int main(int argc, char** argv) {
         peft_tps[v.at("scenario").as_string()] = v.at("tokens_per_s").as_double();
       }
     } else {
-      run_command(py + " --create-only");
+      py.push_back("--create-only");
+      run_command(py);
     }
 
     auto file = formats::GgufFile::open(opt["--model"]);

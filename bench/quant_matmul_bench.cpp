@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "common/cpu_features.h"
-#include "kernels/quant_matrix.h"
+#include "lorakv/common/cpu_features.h"
+#include "lorakv/kernels/quant_matrix.h"
 
 namespace {
 

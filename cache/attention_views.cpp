@@ -1,11 +1,11 @@
 // cache/attention_views.cpp: kernel views over the pools' tensors; only block ids are copied.
-#include "cache/attention_views.h"
+#include "lorakv/cache/attention_views.h"
 
 #include <algorithm>
 #include <limits>
 #include <sstream>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 

@@ -11,8 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "cache/paged_kv_cache.h"
-#include "kernels/lora_attention.h"
+#include "lorakv/cache/paged_kv_cache.h"
+#include "lorakv/kernels/lora_attention.h"
 
 namespace lorakv::cache {
 

@@ -1,9 +1,9 @@
 // cache/block_allocator.cpp: free list and reference counts of one pool.
-#include "cache/block_allocator.h"
+#include "lorakv/cache/block_allocator.h"
 
 #include <algorithm>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 

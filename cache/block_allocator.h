@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/ids.h"
+#include "lorakv/common/ids.h"
 
 namespace lorakv::cache {
 

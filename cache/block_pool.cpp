@@ -1,7 +1,7 @@
 // cache/block_pool.cpp: row storage of one pool.
-#include "cache/block_pool.h"
+#include "lorakv/cache/block_pool.h"
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cache/cache_manager.h"
+#include "lorakv/cache/cache_manager.h"
 
 namespace lorakv::cache {
 

@@ -1,10 +1,12 @@
 // cache/cache_manager.cpp: pools, sequences, appends (with copy-on-write), release, slots.
 // Prefix sharing, forks and compaction live in cache_manager_sharing.cpp.
-#include "cache/cache_manager.h"
+#include "lorakv/cache/cache_manager.h"
 
 #include <algorithm>
+#include <limits>
+#include <string>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 
@@ -110,6 +112,13 @@ Capacity CacheManager::can_append(SeqId seq, const AppendRequest& request) const
   for (int32_t p = 0; p < num_pools(); ++p) cap.blocks_free.push_back(allocator(p).num_free());
   const auto t = static_cast<int64_t>(request.tokens.size());
   const auto new_length = static_cast<int64_t>(s.tokens.size()) + t;
+  // Positions are kept as int32 (BaseLane::positions, the kernel's views): refuse the row
+  // that would not fit rather than wrap.
+  if (s.first_position + new_length - 1 > std::numeric_limits<int32_t>::max()) {
+    throw ConfigError("a sequence cannot grow past position 2^31 - 1",
+                      {"", "sequence " + std::to_string(seq.value()), "positions below 2147483648",
+                       "position " + std::to_string(s.first_position + new_length - 1), ""});
+  }
   for (const BaseLane& lane : s.lanes) cap.blocks_needed[0] += append_need(0, lane.table, t);
   for (size_t i = 0; i < request.residuals.size(); ++i) {
     const ResidualAppend& ra = request.residuals[i];
@@ -163,6 +172,7 @@ LaneSlots CacheManager::append_rows(int32_t pool, BlockTable& table, int64_t add
 
 std::optional<AppendSlots> CacheManager::append(SeqId seq, const AppendRequest& request) {
   if (!can_append(seq, request).ok) return std::nullopt;
+  remember(seq);
   SequenceState& s = state(seq);
   AppendSlots out;
   const auto t = static_cast<int64_t>(request.tokens.size());
@@ -198,7 +208,8 @@ std::optional<AppendSlots> CacheManager::append(SeqId seq, const AppendRequest& 
     r.writers.insert(r.writers.end(), static_cast<size_t>(ra.num_tokens), request.writer);
     out.residual.push_back(std::move(lanes));
   }
-  register_full_blocks(s);
+  // In a transaction the rows are not written yet: the outermost commit indexes them.
+  if (journal_.empty()) register_full_blocks(s);
   return out;
 }
 
@@ -207,18 +218,20 @@ void CacheManager::release_block(int32_t pool, BlockId block) {
 }
 
 void CacheManager::release(SeqId seq) {
+  LORAKV_ASSERT(journal_.empty(), "release inside a transaction (its blocks could not come back on rollback)");
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  for (const BaseLane& lane : it->second.lanes) {
-    for (BlockId b : lane.table.blocks) release_block(0, b);
-  }
-  for (const ResidualStream& r : it->second.residuals) {
-    for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
-      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
-      for (BlockId b : r.lanes[static_cast<size_t>(lane)].blocks) release_block(pool, b);
-    }
-  }
+  release_blocks(it->second);
   seqs_.erase(it);
+}
+
+void CacheManager::detach_residual(SeqId seq, const ContentKey& key) {
+  LORAKV_ASSERT(journal_.empty(), "detach_residual inside a transaction");
+  SequenceState& s = state(seq);
+  const int64_t index = residual_index(s, key);
+  LORAKV_ASSERT(index >= 0, "sequence " << seq.value() << " has no such residual stream");
+  release_stream_blocks(s.residuals[static_cast<size_t>(index)]);
+  s.residuals.erase(s.residuals.begin() + index);
 }
 
 static std::vector<int64_t> table_slots(const BlockTable& table, int64_t bs) {

@@ -27,6 +27,16 @@
 // append / compact / create / fork / attach_residual / release do, and apply completely or
 // (on a capacity shortfall, returned as std::nullopt) not at all. Not thread-safe: owned by
 // one engine step at a time.
+//
+// Transactions: an engine step reserves rows before its forward pass writes them, and
+// either keeps them or, when the step fails or defers a work item, gives them back. Between
+// begin_transaction() and commit_transaction() / rollback_transaction(), create, attach and
+// append can be undone (each sequence's state is saved when the level first touches it;
+// rollback restores it and fixes the blocks' reference counts). Levels nest: one work
+// item's admission rolls back alone or merges into the step's level. Blocks enter the
+// prefix index only when the outermost level commits, after the rows were written, so a
+// failed step never leaves rows in the index that nobody wrote. Outside a transaction an
+// append indexes its full blocks at once (the caller writes them before anyone matches).
 #pragma once
 
 #include <cstdint>
@@ -35,9 +45,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cache/block_allocator.h"
-#include "cache/compaction.h"
-#include "cache/prefix_index.h"
+#include "lorakv/cache/block_allocator.h"
+#include "lorakv/cache/compaction.h"
+#include "lorakv/cache/prefix_index.h"
 
 namespace lorakv::cache {
 
@@ -189,7 +199,17 @@ class CacheManager {
   std::optional<StorageOps> compact(SeqId seq, const KeepSets& keep);
 
   // Drops every reference the sequence holds; blocks reaching zero return to their pool.
+  // Not inside a transaction.
   void release(SeqId seq);
+  // Drops one residual stream of a sequence and its block references (a reader that left).
+  // Not inside a transaction.
+  void detach_residual(SeqId seq, const ContentKey& key);
+
+  // See "Transactions" above.
+  void begin_transaction();
+  void commit_transaction();
+  void rollback_transaction();
+  int64_t transaction_depth() const { return static_cast<int64_t>(journal_.size()); }
 
   // Slots of a lane's rows in order (base: pool 0; residual: the stream's pool of that layer).
   std::vector<int64_t> base_slots(SeqId seq, int64_t lane) const;
@@ -210,7 +230,14 @@ class CacheManager {
   void release_block(int32_t pool, BlockId block);
   void compact_table(int32_t pool, BlockTable& table, const std::vector<int64_t>& keep, uint32_t tag,
                      StorageOps& ops, std::vector<BlockRef>& to_release);
-  void register_full_blocks(SequenceState& s);
+  // Entries it adds to the index go to `inserted` (reserved by the caller) when given.
+  void register_full_blocks(SequenceState& s, std::vector<EntryId>* inserted = nullptr);
+  // Saves `seq`'s state (nullopt: it does not exist yet) the first time the innermost open
+  // transaction level touches it.
+  void remember(SeqId seq);
+  void retain_blocks(const SequenceState& s);
+  void release_blocks(const SequenceState& s);
+  void release_stream_blocks(const ResidualStream& r);
 
   CacheConfig config_;
   std::vector<BlockAllocator> allocators_;  // per pool
@@ -218,6 +245,9 @@ class CacheManager {
   std::map<SeqId, SequenceState> seqs_;
   std::vector<AdapterIdentity> tag_owner_;  // allocator tag -> owner
   std::map<AdapterIdentity, uint32_t> owner_tag_;
+  // One map per open transaction level: the state of each sequence it touched, as it was
+  // when the level first touched it.
+  std::vector<std::map<SeqId, std::optional<SequenceState>>> journal_;
 };
 
 }  // namespace lorakv::cache

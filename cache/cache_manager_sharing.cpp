@@ -3,8 +3,8 @@
 // stream attachment, and compaction with copy-on-write.
 #include <algorithm>
 
-#include "cache/cache_manager.h"
-#include "common/errors.h"
+#include "lorakv/cache/cache_manager.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 
@@ -28,6 +28,7 @@ PrefixMatch CacheManager::match_prefix(const ContentKey& base_key, const std::ve
 void CacheManager::create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match) {
   LORAKV_ASSERT(seq.valid() && !has_sequence(seq), "sequence " << seq.value() << " exists or is invalid");
   LORAKV_ASSERT(base_key.kind == StreamKind::kBase && base_key.dtype == config_.dtype, "bad base content key");
+  remember(seq);
   SequenceState s;
   s.base_key = base_key;
   s.lanes.resize(static_cast<size_t>(layout().num_lanes()));
@@ -59,16 +60,9 @@ void CacheManager::create_suffix_sequence(SeqId seq, const ContentKey& base_key,
 
 void CacheManager::fork(SeqId src, SeqId dst) {
   LORAKV_ASSERT(dst.valid() && !has_sequence(dst), "sequence " << dst.value() << " exists or is invalid");
+  remember(dst);
   SequenceState copy = sequence(src);
-  for (const BaseLane& lane : copy.lanes) {
-    for (BlockId b : lane.table.blocks) allocators_[0].retain(b);
-  }
-  for (const ResidualStream& r : copy.residuals) {
-    for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
-      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
-      for (BlockId b : r.lanes[static_cast<size_t>(lane)].blocks) allocators_[static_cast<size_t>(pool)].retain(b);
-    }
-  }
+  retain_blocks(copy);
   seqs_.emplace(dst, std::move(copy));
 }
 
@@ -79,6 +73,7 @@ int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vec
   LORAKV_ASSERT(residual_index(s, key) < 0, "residual stream attached twice");
   LORAKV_ASSERT(s.first_position == 0, "suffix sequences take no residual streams");
   LORAKV_ASSERT(static_cast<int64_t>(ranks.size()) == layout().num_layers, "one rank per layer needed");
+  remember(seq);
   ResidualStream r;
   r.key = key;
   for (int64_t rank : ranks) {
@@ -118,8 +113,17 @@ int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vec
 }
 
 // Registers the sequence's newly full base and residual blocks (never after a compaction).
-void CacheManager::register_full_blocks(SequenceState& s) {
+void CacheManager::register_full_blocks(SequenceState& s, std::vector<EntryId>* inserted) {
   if (!s.indexable) return;
+  // Chains take their new ids without allocating after an insert: an entry is never in the
+  // index without its chain knowing it.
+  auto add = [&](std::vector<EntryId>& chain, PrefixEntryKey key, std::vector<AdapterIdentity> writers,
+                 std::vector<BlockRef> blocks) {
+    chain.reserve(chain.size() + 1);
+    const std::pair<EntryId, bool> e = index_.insert(std::move(key), std::move(writers), std::move(blocks));
+    chain.push_back(e.first);
+    if (e.second && inserted) inserted->push_back(e.first);
+  };
   const int64_t bs = layout().block_size;
   auto prune = [&](std::vector<EntryId>& chain) {
     auto dead = std::find_if(chain.begin(), chain.end(), [&](EntryId id) { return !index_.contains(id); });
@@ -135,7 +139,7 @@ void CacheManager::register_full_blocks(SequenceState& s) {
     std::vector<AdapterIdentity> writers(s.writers.begin() + i * bs, s.writers.begin() + (i + 1) * bs);
     std::vector<BlockRef> blocks;
     for (const BaseLane& lane : s.lanes) blocks.push_back({0, lane.table.blocks[static_cast<size_t>(i)]});
-    s.base_chain.push_back(index_.insert(std::move(key), std::move(writers), std::move(blocks)).first);
+    add(s.base_chain, std::move(key), std::move(writers), std::move(blocks));
   }
   for (ResidualStream& r : s.residuals) {
     prune(r.chain);
@@ -151,7 +155,7 @@ void CacheManager::register_full_blocks(SequenceState& s) {
         const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
         if (pool >= 0) blocks.push_back({pool, r.lanes[static_cast<size_t>(lane)].blocks[static_cast<size_t>(i)]});
       }
-      r.chain.push_back(index_.insert(std::move(key), std::move(writers), std::move(blocks)).first);
+      add(r.chain, std::move(key), std::move(writers), std::move(blocks));
     }
   }
 }
@@ -223,6 +227,7 @@ void CacheManager::compact_table(int32_t pool, BlockTable& table, const std::vec
 
 std::optional<StorageOps> CacheManager::compact(SeqId seq, const KeepSets& keep) {
   if (!can_compact(seq, keep).ok) return std::nullopt;
+  LORAKV_ASSERT(journal_.empty(), "compaction inside a transaction (released blocks could not come back on rollback)");
   SequenceState& s = state(seq);
   StorageOps ops;
   std::vector<BlockRef> to_release;

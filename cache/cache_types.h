@@ -18,9 +18,9 @@
 #include <cstdint>
 #include <functional>
 
-#include "common/adapter_identity.h"
-#include "common/errors.h"
-#include "common/ids.h"
+#include "lorakv/common/adapter_identity.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/ids.h"
 
 namespace lorakv::cache {
 

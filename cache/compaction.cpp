@@ -1,9 +1,9 @@
 // cache/compaction.cpp: stable packing of a lane's surviving rows.
-#include "cache/compaction.h"
+#include "lorakv/cache/compaction.h"
 
 #include <algorithm>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 

@@ -1,9 +1,9 @@
 // cache/paged_kv_cache.cpp: bookkeeping and storage kept in step; gathers; measured stats.
-#include "cache/paged_kv_cache.h"
+#include "lorakv/cache/paged_kv_cache.h"
 
 #include <algorithm>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 

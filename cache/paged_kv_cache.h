@@ -17,8 +17,8 @@
 #include <optional>
 #include <vector>
 
-#include "cache/block_pool.h"
-#include "cache/cache_manager.h"
+#include "lorakv/cache/block_pool.h"
+#include "lorakv/cache/cache_manager.h"
 
 namespace lorakv::cache {
 
@@ -78,6 +78,7 @@ class PagedKvCache {
   void fork(SeqId src, SeqId dst);
   int64_t attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks, const WriterFilter& filter);
   void release(SeqId seq);
+  void detach_residual(SeqId seq, const ContentKey& key) { manager_.detach_residual(seq, key); }
 
   Capacity can_append(SeqId seq, const AppendRequest& r) const { return manager_.can_append(seq, r); }
   // Reserves the rows (copy-on-write applied, positions written); the caller then writes
@@ -87,6 +88,12 @@ class PagedKvCache {
   void write_base(const AppendSlots& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v);
   // c: [T, rank of `layer`] for the request's residual `index` (its T positions).
   void write_residual(const AppendSlots& slots, size_t index, int64_t layer, const at::Tensor& c);
+
+  // Undo levels over create / attach / append (CacheManager, "Transactions"): the engine's
+  // step reserves in one, commits after its forward wrote the rows, rolls back otherwise.
+  void begin_transaction() { manager_.begin_transaction(); }
+  void commit_transaction() { manager_.commit_transaction(); }
+  void rollback_transaction() { manager_.rollback_transaction(); }
 
   Capacity can_compact(SeqId seq, const KeepSets& keep) const { return manager_.can_compact(seq, keep); }
   bool compact(SeqId seq, const KeepSets& keep);

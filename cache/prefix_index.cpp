@@ -1,9 +1,9 @@
 // cache/prefix_index.cpp: exact-match block-level radix index.
-#include "cache/prefix_index.h"
+#include "lorakv/cache/prefix_index.h"
 
 #include <algorithm>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 
@@ -42,12 +42,36 @@ std::pair<EntryId, bool> PrefixIndex::insert(PrefixEntryKey key, std::vector<Ada
   for (BlockRef b : blocks) {
     LORAKV_ASSERT(!block_to_entry_.count(b), "block " << b.block.value() << " of pool " << b.pool << " indexed twice");
   }
-  EntryId id(next_id_++);
-  for (BlockRef b : blocks) block_to_entry_.emplace(b, id);
-  if (key.parent.valid()) entries_.at(key.parent.value()).dependents.push_back(id);
-  if (key.base.valid()) entries_.at(key.base.value()).dependents.push_back(id);
-  bucket.push_back(id);
-  entries_.emplace(id.value(), PrefixEntry{std::move(key), std::move(writers), std::move(blocks), {}});
+  const EntryId id(next_id_++);
+  PrefixEntry entry{std::move(key), std::move(writers), std::move(blocks), {}};
+  // All or nothing: an allocation failure half way takes back what was added (a step's
+  // commit relies on it, cache_manager.h "Transactions").
+  size_t mapped = 0;
+  bool parent_linked = false, base_linked = false, bucketed = false;
+  try {
+    for (BlockRef b : entry.blocks) {
+      block_to_entry_.emplace(b, id);
+      ++mapped;
+    }
+    if (entry.key.parent.valid()) {
+      entries_.at(entry.key.parent.value()).dependents.push_back(id);
+      parent_linked = true;
+    }
+    if (entry.key.base.valid()) {
+      entries_.at(entry.key.base.value()).dependents.push_back(id);
+      base_linked = true;
+    }
+    bucket.push_back(id);
+    bucketed = true;
+    entries_.emplace(id.value(), std::move(entry));
+  } catch (...) {
+    for (size_t i = 0; i < mapped; ++i) block_to_entry_.erase(entry.blocks[i]);
+    if (parent_linked) entries_.at(entry.key.parent.value()).dependents.pop_back();
+    if (base_linked) entries_.at(entry.key.base.value()).dependents.pop_back();
+    if (bucketed) bucket.pop_back();
+    if (bucket.empty()) buckets_.erase(h);
+    throw;
+  }
   return {id, true};
 }
 

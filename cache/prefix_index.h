@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "cache/cache_types.h"
-#include "common/ids.h"
+#include "lorakv/cache/cache_types.h"
+#include "lorakv/common/ids.h"
 
 namespace lorakv::cache {
 

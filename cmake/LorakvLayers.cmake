@@ -1,12 +1,16 @@
-# The layer table, enforced by the build. Each layer is one library, lorakv_<layer>, whose
-# headers are reachable only through an include root of its own (build/layer_roots/<layer>,
-# holding a single link <layer> -> the source folder). A target sees the roots of itself and
-# of what it links, so including a header of a layer it does not link fails to compile, and
-# lorakv_check_layer_links() refuses at configure time a link that points up the table.
+# The layer table, enforced by the build. Each layer is one library, lorakv_<layer>, built from
+# the source folder <layer>/ and included as "lorakv/<layer>/...". Its headers are reachable
+# only through an include root of its own (build/layer_roots/<layer>, holding a single link
+# lorakv/<layer> -> the source folder), the same tree `cmake --install` writes under
+# include/lorakv/. A target sees the roots of itself and of what it links, so including a
+# header of a layer it does not link fails to compile, and lorakv_check_layer_links() refuses
+# at configure time a link that points up the table.
 #
 # Allowed dependencies (downward only):
-#   agents -> runtime -> adapters -> cache -> kernels -> formats -> common
-set(LORAKV_LAYERS common formats kernels cache adapters runtime agents)
+#   cli -> agents -> runtime -> adapters -> cache -> kernels -> formats -> common
+# A layer whose folder has no CMakeLists.txt yet (agents/, until the sessions land) keeps its
+# place in the table and builds nothing.
+set(LORAKV_LAYERS common formats kernels cache adapters runtime agents cli)
 set(LORAKV_LAYER_ALLOWED_common "")
 set(LORAKV_LAYER_ALLOWED_formats common)
 set(LORAKV_LAYER_ALLOWED_kernels common)
@@ -14,20 +18,40 @@ set(LORAKV_LAYER_ALLOWED_cache kernels common)
 set(LORAKV_LAYER_ALLOWED_adapters kernels formats common)
 set(LORAKV_LAYER_ALLOWED_runtime adapters cache kernels formats common)
 set(LORAKV_LAYER_ALLOWED_agents runtime adapters cache kernels formats common)
+set(LORAKV_LAYER_ALLOWED_cli agents runtime adapters cache kernels formats common)
 
-# Gives <target> the include root that exposes only source folder <folder> as "<folder>/...".
+# Gives <target> the include root that exposes only source folder <folder> as
+# "lorakv/<folder>/..." (as "<folder>/..." with NO_PREFIX: tests/, which is never installed).
 function(lorakv_expose_folder target folder)
+  cmake_parse_arguments(ARG "NO_PREFIX" "" "" ${ARGN})
   set(_root ${CMAKE_BINARY_DIR}/layer_roots/${folder})
-  if(NOT EXISTS ${_root}/${folder})
-    file(MAKE_DIRECTORY ${_root})
-    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${_root}/${folder} SYMBOLIC)
+  set(_link ${_root}/lorakv/${folder})
+  if(ARG_NO_PREFIX)
+    set(_link ${_root}/${folder})
   endif()
-  target_include_directories(${target} PUBLIC ${_root})
+  if(NOT EXISTS ${_link})
+    get_filename_component(_parent ${_link} DIRECTORY)
+    file(MAKE_DIRECTORY ${_parent})
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${_link} SYMBOLIC)
+  endif()
+  target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${_root}>)
+endfunction()
+
+# The layers that exist in this tree (their folder has a CMakeLists.txt), in table order.
+function(lorakv_present_layers out_var)
+  set(_present "")
+  foreach(_layer IN LISTS LORAKV_LAYERS)
+    if(EXISTS ${PROJECT_SOURCE_DIR}/${_layer}/CMakeLists.txt)
+      list(APPEND _present ${_layer})
+    endif()
+  endforeach()
+  set(${out_var} ${_present} PARENT_SCOPE)
 endfunction()
 
 # Checks every lorakv_<layer> library's direct links against the table.
 function(lorakv_check_layer_links)
-  foreach(_layer IN LISTS LORAKV_LAYERS)
+  lorakv_present_layers(_present)
+  foreach(_layer IN LISTS _present)
     get_target_property(_links lorakv_${_layer} LINK_LIBRARIES)
     get_target_property(_iface lorakv_${_layer} INTERFACE_LINK_LIBRARIES)
     foreach(_lib IN LISTS _links _iface)

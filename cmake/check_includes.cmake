@@ -1,7 +1,8 @@
 # cmake -DROOT=<tree> -P cmake/check_includes.cmake
 # Checks every #include "..." of the layer folders in <tree> against the layer table in
-# cmake/LorakvLayers.cmake: a layer may include itself and the layers it may use, never
-# tests/ or bench/, and no file may climb out of its folder with "../".
+# cmake/LorakvLayers.cmake: a layer may include itself and the layers it may use, always as
+# "lorakv/<layer>/..." (the installed tree's names), never tests/ or bench/, and no file may
+# climb out of its folder with "../".
 # The build already fails on an upward include of a compiled file; this also covers files a
 # configuration does not compile (CUDA sources without nvcc, headers no .cpp includes yet).
 if(NOT ROOT)
@@ -20,14 +21,24 @@ foreach(_layer IN LISTS LORAKV_LAYERS)
       string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]*)\".*$" "\\1" _inc "${_line}")
       if(_inc MATCHES "\\.\\./")
         list(APPEND _violations "${_rel}: #include \"${_inc}\" climbs out of its folder")
-      elseif(_inc MATCHES "^([a-z_]+)/")
+      elseif(_inc MATCHES "^([a-z_]+)/" AND CMAKE_MATCH_1 IN_LIST LORAKV_LAYERS)
+        list(APPEND _violations "${_rel}: #include \"${_inc}\" names a layer without the lorakv/ prefix")
+      elseif(_inc MATCHES "^lorakv/([a-z_]+)/")
         set(_target_layer ${CMAKE_MATCH_1})
-        if(_target_layer IN_LIST LORAKV_LAYERS AND NOT _target_layer IN_LIST _allowed)
+        if(NOT _target_layer IN_LIST LORAKV_LAYERS)
+          list(APPEND _violations "${_rel}: #include \"${_inc}\": lorakv/${_target_layer}/ is no layer")
+        elseif(NOT _target_layer IN_LIST _allowed)
           list(APPEND _violations "${_rel}: #include \"${_inc}\": ${_layer} may use only [${_allowed}]")
-        elseif(_target_layer STREQUAL "tests" OR _target_layer STREQUAL "bench")
-          list(APPEND _violations "${_rel}: #include \"${_inc}\": a library may not include ${_target_layer}/")
         endif()
+      elseif(_inc MATCHES "^(tests|bench)/")
+        list(APPEND _violations "${_rel}: #include \"${_inc}\": a library may not include ${CMAKE_MATCH_1}/")
       endif()
+    endforeach()
+    # One style everywhere: lorakv's headers are included with quotes.
+    file(STRINGS ${_file} _angled REGEX "^[ \t]*#[ \t]*include[ \t]*<lorakv/")
+    foreach(_line IN LISTS _angled)
+      string(STRIP "${_line}" _line)
+      list(APPEND _violations "${_rel}: ${_line}: include lorakv headers as \"lorakv/...\"")
     endforeach()
   endforeach()
 endforeach()

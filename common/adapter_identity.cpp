@@ -1,5 +1,5 @@
 // common/adapter_identity.cpp: printing, parsing and hashing of adapter identities.
-#include "common/adapter_identity.h"
+#include "lorakv/common/adapter_identity.h"
 
 #include <algorithm>
 #include <cstring>

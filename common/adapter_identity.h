@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "common/sha256.h"
+#include "lorakv/common/sha256.h"
 
 namespace lorakv {
 

@@ -1,12 +1,12 @@
 // common/cpu_features.cpp: cpuid/xgetbv feature detection and the vector path choice.
-#include "common/cpu_features.h"
+#include "lorakv/common/cpu_features.h"
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

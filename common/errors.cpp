@@ -1,5 +1,5 @@
 // common/errors.cpp: message formatting for lorakv's typed errors.
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv {
 namespace {

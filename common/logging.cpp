@@ -1,10 +1,10 @@
 // common/logging.cpp: spdlog-backed implementation of common/logging.h.
-#include "common/logging.h"
+#include "lorakv/common/logging.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::log {
 namespace {

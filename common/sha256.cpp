@@ -1,12 +1,12 @@
 // common/sha256.cpp: the streaming hasher over OpenSSL's EVP digest interface (the
 // low-level SHA256_* calls are deprecated in OpenSSL 3).
-#include "common/sha256.h"
+#include "lorakv/common/sha256.h"
 
 #include <openssl/evp.h>
 
 #include <cstring>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv {
 

@@ -1,15 +1,15 @@
 // formats/bpe_tokenizer.cpp: vocabulary validation and indexing, special-token partition,
 // the BPE merge loop, decoding and the streaming decoder. See formats/bpe_tokenizer.h.
 // Behaviour follows llama.cpp's llm_tokenizer_bpe_session (src/llama-vocab.cpp).
-#include "formats/bpe_tokenizer.h"
+#include "lorakv/formats/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <queue>
 
-#include "common/errors.h"
-#include "formats/unicode.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/unicode.h"
 
 namespace lorakv::formats {
 namespace {

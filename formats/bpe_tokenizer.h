@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "formats/pre_tokenizer.h"
+#include "lorakv/formats/pre_tokenizer.h"
 
 namespace lorakv::formats {
 

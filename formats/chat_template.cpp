@@ -1,7 +1,7 @@
 // formats/chat_template.cpp: chat format detection and rendering (ChatML, Llama 3).
-#include "formats/chat_template.h"
+#include "lorakv/formats/chat_template.h"
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::formats {
 namespace {

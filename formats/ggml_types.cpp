@@ -1,11 +1,11 @@
 // formats/ggml_types.cpp: ggml type table and dequantisers. Block layouts follow ggml's
 // ggml-common.h; note that 4-bit blocks keep elements 0..15 in the LOW nibbles and
 // 16..31 in the HIGH nibbles (adjacent elements are not packed together).
-#include "formats/ggml_types.h"
+#include "lorakv/formats/ggml_types.h"
 
 #include <cstring>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::formats {
 

@@ -1,13 +1,13 @@
 // formats/gguf_file.cpp: GGUF parsing with a bounds-checked cursor. Every read checks
 // the remaining bytes first, so a truncated or corrupt file becomes a ModelLoadError that
 // names the file, the field and the byte offset, never an out-of-bounds read.
-#include "formats/gguf_file.h"
+#include "lorakv/formats/gguf_file.h"
 
 #include <cstring>
 #include <limits>
 #include <utility>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::formats {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/ggml_types.h"
-#include "formats/mapped_file.h"
+#include "lorakv/formats/ggml_types.h"
+#include "lorakv/formats/mapped_file.h"
 
 namespace lorakv::formats {
 

@@ -1,7 +1,7 @@
 // formats/json.cpp: the strict JSON parser (recursive descent with a depth limit, so a
 // nesting bomb is an error, not a stack overflow), typed accessors and the printer.
 // Parse errors carry line:column (columns count characters, not bytes) and an excerpt.
-#include "formats/json.h"
+#include "lorakv/formats/json.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -13,8 +13,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/errors.h"
-#include "formats/unicode.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/unicode.h"
 
 namespace lorakv::formats {
 

@@ -1,5 +1,5 @@
 // formats/llama_modules.cpp: the projection name table.
-#include "formats/llama_modules.h"
+#include "lorakv/formats/llama_modules.h"
 
 namespace lorakv::formats {
 namespace {

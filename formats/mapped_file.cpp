@@ -1,5 +1,5 @@
 // formats/mapped_file.cpp: POSIX implementation of MappedFile.
-#include "formats/mapped_file.h"
+#include "lorakv/formats/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <utility>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::formats {
 

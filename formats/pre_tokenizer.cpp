@@ -3,9 +3,9 @@
 // decision, including its quirks: lookahead never crosses the boundary of the chunk being
 // split (so a digit ends the chunk before it), and a lone non-space whitespace codepoint
 // before a word is a word of its own.
-#include "formats/pre_tokenizer.h"
+#include "lorakv/formats/pre_tokenizer.h"
 
-#include "formats/unicode.h"
+#include "lorakv/formats/unicode.h"
 
 namespace lorakv::formats {
 namespace {

@@ -2,7 +2,7 @@
 // JSON parser (which already rejects duplicate names); every entry, size and offset is
 // then checked before a data pointer is handed out, so a corrupt file becomes a
 // ModelLoadError naming the file and the tensor, never an out-of-bounds read.
-#include "formats/safetensors_file.h"
+#include "lorakv/formats/safetensors_file.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,9 +11,9 @@
 #include <numeric>
 #include <utility>
 
-#include "common/errors.h"
-#include "formats/ggml_types.h"
-#include "formats/json.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/ggml_types.h"
+#include "lorakv/formats/json.h"
 
 namespace lorakv::formats {
 namespace {

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "formats/mapped_file.h"
+#include "lorakv/formats/mapped_file.h"
 
 namespace lorakv::formats {
 

@@ -1,12 +1,12 @@
 // formats/safetensors_index.cpp: reading model.safetensors.index.json and checking it
 // against its shards up front, so a bad checkpoint fails at open, not at first lookup.
-#include "formats/safetensors_index.h"
+#include "lorakv/formats/safetensors_index.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <memory>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::formats {
 namespace fs = std::filesystem;

@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "formats/json.h"
-#include "formats/safetensors_file.h"
+#include "lorakv/formats/json.h"
+#include "lorakv/formats/safetensors_file.h"
 
 namespace lorakv::formats {
 

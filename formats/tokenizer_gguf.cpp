@@ -1,10 +1,10 @@
 // formats/tokenizer_gguf.cpp: GGUF tokenizer metadata -> TokenizerVocab -> BpeTokenizer.
-#include "formats/tokenizer_gguf.h"
+#include "lorakv/formats/tokenizer_gguf.h"
 
 #include <limits>
 #include <string>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::formats {
 namespace {

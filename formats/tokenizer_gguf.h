@@ -2,8 +2,8 @@
 // (ggml docs/gguf.md, "Tokenizer") and builds a BpeTokenizer from it. Torch-free.
 #pragma once
 
-#include "formats/bpe_tokenizer.h"
-#include "formats/gguf_file.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/formats/gguf_file.h"
 
 namespace lorakv::formats {
 

@@ -1,8 +1,8 @@
 // formats/tokenizer_json.cpp: tokenizer.json -> TokenizerVocab.
-#include "formats/tokenizer_json.h"
+#include "lorakv/formats/tokenizer_json.h"
 
-#include "common/errors.h"
-#include "formats/json.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/json.h"
 
 namespace lorakv::formats {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "formats/bpe_tokenizer.h"
+#include "lorakv/formats/bpe_tokenizer.h"
 
 namespace lorakv::formats {
 

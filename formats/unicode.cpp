@@ -1,6 +1,6 @@
 // formats/unicode.cpp: UTF-8 codec, character-class lookups over the generated range
 // tables and the GPT-2 byte <-> codepoint maps. See formats/unicode.h.
-#include "formats/unicode.h"
+#include "lorakv/formats/unicode.h"
 
 #include <algorithm>
 #include <array>

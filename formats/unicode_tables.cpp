@@ -4,7 +4,7 @@
 // the classes llama.cpp's GPT-2 pre-tokenizer uses; looked up by binary search.
 #include <cstddef>
 
-#include "formats/unicode.h"
+#include "lorakv/formats/unicode.h"
 
 namespace lorakv::formats::detail {
 

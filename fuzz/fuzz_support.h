@@ -11,7 +11,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::fuzz {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/ggml_types.h"
-#include "formats/gguf_file.h"
+#include "lorakv/formats/ggml_types.h"
+#include "lorakv/formats/gguf_file.h"
 #include "fuzz/fuzz_support.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "formats/json.h"
+#include "lorakv/formats/json.h"
 #include "fuzz/fuzz_support.h"
 
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "adapters/peft_config_rules.h"
-#include "formats/json.h"
+#include "lorakv/adapters/peft_config_rules.h"
+#include "lorakv/formats/json.h"
 #include "fuzz/fuzz_support.h"
 
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "formats/safetensors_file.h"
+#include "lorakv/formats/safetensors_file.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,12 +1,12 @@
 // kernels/attention.cpp: dense GQA attention on ATen ops, and RMSNorm.
-#include "kernels/attention.h"
+#include "lorakv/kernels/attention.h"
 
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::kernels {
 

@@ -1,11 +1,11 @@
 // kernels/lora.cpp: segment-wise LoRA shrink/expand with ATen matmuls (CPU and CUDA alike:
 // the work is two GEMMs per segment, so the dispatch is ATen's).
-#include "kernels/lora.h"
+#include "lorakv/kernels/lora.h"
 
 #include <ATen/Parallel.h>
 
-#include "common/errors.h"
-#include "kernels/cpu/lora_rows.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/cpu/lora_rows.h"
 
 namespace lorakv::kernels {
 

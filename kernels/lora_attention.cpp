@@ -2,7 +2,7 @@
 // any output is touched), the vector path choice, and the threaded dispatch of the plan's
 // three steps (work items, merges, attention mass) to the chosen path's kernels. The only
 // ATen it uses is the thread pool.
-#include "kernels/lora_attention.h"
+#include "lorakv/kernels/lora_attention.h"
 
 #include <ATen/Parallel.h>
 
@@ -11,8 +11,8 @@
 #include <cmath>
 #include <string>
 
-#include "common/errors.h"
-#include "kernels/cpu/lora_attention_plan_storage.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/cpu/lora_attention_plan_storage.h"
 
 namespace lorakv::kernels {
 

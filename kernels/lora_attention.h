@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "common/cpu_features.h"
+#include "lorakv/common/cpu_features.h"
 
 namespace lorakv::kernels {
 

@@ -1,9 +1,9 @@
 // kernels/qk_unpermute.cpp: the row un-permutation as a reshape and one transpose.
-#include "kernels/qk_unpermute.h"
+#include "lorakv/kernels/qk_unpermute.h"
 
 #include <vector>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::kernels {
 

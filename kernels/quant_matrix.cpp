@@ -1,13 +1,13 @@
 // kernels/quant_matrix.cpp: storage checks, quantise / dequantise, and the two ways of
 // computing x · W^T (direct block reads for few rows, dequantised panels + GEMM for many).
-#include "kernels/quant_matrix.h"
+#include "lorakv/kernels/quant_matrix.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 
-#include "common/errors.h"
-#include "kernels/cpu/quant_gemv.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/cpu/quant_gemv.h"
 
 namespace lorakv::kernels {
 

@@ -25,8 +25,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/cpu_features.h"
-#include "kernels/quant_view.h"
+#include "lorakv/common/cpu_features.h"
+#include "lorakv/kernels/quant_view.h"
 
 namespace lorakv::kernels {
 

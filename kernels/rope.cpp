@@ -1,11 +1,11 @@
 // kernels/rope.cpp: RoPE on ATen ops, matching transformers' float32 arithmetic order.
-#include "kernels/rope.h"
+#include "lorakv/kernels/rope.h"
 
 #include <c10/util/BFloat16.h>
 
 #include <cmath>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::kernels {
 namespace {

@@ -1,13 +1,13 @@
 // runtime/engine.cpp: contexts, readers and their streams, appends, prefill in chunks,
 // private rows, memory. The step itself is in engine_step.cpp.
-#include "runtime/engine.h"
+#include "lorakv/runtime/engine.h"
 
 #include <algorithm>
 
-#include "common/errors.h"
-#include "common/sha256.h"
-#include "kernels/lora_attention.h"
-#include "runtime/engine_state.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/sha256.h"
+#include "lorakv/kernels/lora_attention.h"
+#include "lorakv/runtime/engine_state.h"
 
 namespace lorakv::runtime {
 
@@ -109,7 +109,12 @@ ReaderState& Engine::State::reader(ReaderRef ref) {
   if (ref.index < 0 || ref.index >= static_cast<int32_t>(c.readers.size())) {
     throw ConfigError("context " + std::to_string(ref.context.value()) + " has no reader " + std::to_string(ref.index));
   }
-  return c.readers[static_cast<size_t>(ref.index)];
+  ReaderState& r = c.readers[static_cast<size_t>(ref.index)];
+  if (r.left) {
+    throw ConfigError("reader " + std::to_string(ref.index) + " of context " + std::to_string(ref.context.value()) +
+                      " has left it (Engine::remove_reader)");
+  }
+  return r;
 }
 const ReaderState& Engine::State::reader(ReaderRef ref) const { return const_cast<State*>(this)->reader(ref); }
 
@@ -147,7 +152,9 @@ ContextId Engine::create_context(ContextOptions options,
 int32_t Engine::add_reader(ContextId context, std::shared_ptr<const adapters::Adapter> adapter) {
   ContextState& c = state_->context(context);
   std::vector<const adapters::Adapter*> others;
-  for (const ReaderState& r : c.readers) others.push_back(r.adapter.get());
+  for (const ReaderState& r : c.readers) {
+    if (!r.left) others.push_back(r.adapter.get());
+  }
   if (adapter) model_.check_adapter(*adapter);
   check_reader(c.options.mode, adapter.get(), others);
 
@@ -213,14 +220,7 @@ at::Tensor Engine::prefill(ReaderRef reader) {
     w.kind = StepWork::Kind::kContext;
     StepResult r = step({w});
     if (!r.ok) {
-      std::string need;
-      for (size_t p = 0; p < r.capacity.blocks_needed.size(); ++p) {
-        if (r.capacity.blocks_needed[p] > r.capacity.blocks_free[p]) {
-          need += " pool " + std::to_string(p) + ": " + std::to_string(r.capacity.blocks_needed[p]) + " blocks needed, " +
-                  std::to_string(r.capacity.blocks_free[p]) + " free;";
-        }
-      }
-      throw CapacityError("the cache cannot hold the context's next chunk:" + need,
+      throw CapacityError("the cache cannot hold the context's next chunk: " + r.admissions.front().reason,
                           {"", "context " + std::to_string(reader.context.value()), "", "",
                            "raise EngineOptions::base_rows / residual_rows or release contexts"});
     }
@@ -231,6 +231,38 @@ at::Tensor Engine::prefill(ReaderRef reader) {
     if (pending_tokens(reader) > 0 && observer_) observer_->between_chunks(reader.context);
   }
   return last;
+}
+
+void Engine::remove_reader(ReaderRef ref) {
+  ContextState& c = state_->context(ref.context);
+  ReaderState& r = state_->reader(ref);  // throws for an unknown reader or one that left
+  if (r.own_seq.valid()) cache_->release(r.own_seq);
+  if (r.private_seq.valid()) cache_->release(r.private_seq);
+  // Residual streams no remaining reader reads: base_shared keys a stream by its adapter (two
+  // readers with one adapter read one stream), base_lr_shared by its shared-A group.
+  auto still_read = [&](const cache::ContentKey& key) {
+    for (const ReaderState& other : c.readers) {
+      if (&other == &r || other.left) continue;
+      for (const ReaderStream& s : other.streams) {
+        if (s.key == key) return true;
+      }
+    }
+    return false;
+  };
+  for (const ReaderStream& s : r.streams) {
+    if (still_read(s.key)) continue;
+    if (c.shared_seq.valid()) {
+      const cache::SequenceState& seq = cache_->manager().sequence(c.shared_seq);
+      const bool attached = std::any_of(seq.residuals.begin(), seq.residuals.end(),
+                                        [&](const cache::ResidualStream& x) { return x.key == s.key; });
+      if (attached) cache_->detach_residual(c.shared_seq, s.key);
+    }
+    c.group_streams.erase(std::remove_if(c.group_streams.begin(), c.group_streams.end(),
+                                         [&](const ReaderStream& g) { return g.key == s.key; }),
+                          c.group_streams.end());
+  }
+  r = ReaderState{};  // drops the adapter's pin and the B copies
+  r.left = true;
 }
 
 const std::vector<int32_t>& Engine::private_tokens(ReaderRef reader) const { return state_->reader(reader).private_tokens; }
@@ -253,6 +285,12 @@ void Engine::drop_private(ReaderRef reader) {
 
 const std::vector<int32_t>& Engine::context_tokens(ContextId context) const { return state_->context(context).tokens; }
 ContextOptions Engine::context_options(ContextId context) const { return state_->context(context).options; }
+bool Engine::has_left(ReaderRef reader) const {
+  const ContextState& c = state_->context(reader.context);
+  return reader.index >= 0 && reader.index < static_cast<int32_t>(c.readers.size()) &&
+         c.readers[static_cast<size_t>(reader.index)].left;
+}
+
 int32_t Engine::num_readers(ContextId context) const {
   return static_cast<int32_t>(state_->context(context).readers.size());
 }

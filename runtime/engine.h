@@ -13,9 +13,13 @@
 // reader sees), then every layer runs with that plan, and each layer's attention is one
 // call of the fused kernel in which readers of one context's rows read each base tile once.
 //
-// Two seams for later work: StepObserver is told after every step and between the chunks
-// of a long prefill (eviction hooks in there), and every reservation is checked before
-// anything changes (Capacity), so a session scheduler can admit or defer work.
+// A step admits its work entries one by one, in order: each is planned against the rows the
+// entries before it reserved and reserved at once, or deferred (not enough free blocks)
+// with its own changes undone; StepResult::admissions says which and why. Rows enter the
+// prefix index only after the forward pass wrote them. A step that throws after admission
+// (an allocation failure, a kernel argument error) rolls back every reservation and every
+// row it created and rethrows: the engine is as before the step and stays usable.
+// StepObserver is told after every step and between the chunks of a long prefill.
 // Not thread-safe: one step at a time.
 #pragma once
 
@@ -25,13 +29,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
-#include "adapters/adapter.h"
-#include "cache/paged_kv_cache.h"
-#include "common/ids.h"
-#include "runtime/llama_model.h"
-#include "runtime/sharing_mode.h"
+#include "lorakv/adapters/adapter.h"
+#include "lorakv/cache/paged_kv_cache.h"
+#include "lorakv/common/ids.h"
+#include "lorakv/runtime/llama_model.h"
+#include "lorakv/runtime/sharing_mode.h"
 
 namespace lorakv::runtime {
 
@@ -77,10 +82,34 @@ struct StepOutput {
   int64_t first_position = 0;  // of the first processed token
 };
 
+// Whether one work entry ran in this step.
+struct StepAdmission {
+  bool admitted = true;
+  std::string reason;        // when deferred: "base pool: 12 blocks needed, 3 free"
+  cache::Capacity shortfall;  // when deferred: the entry's own need against what was free for it
+};
+
+// What one step did, for schedulers, benchmarks and a server's cached-token counts.
+struct StepStats {
+  int64_t admitted = 0, deferred = 0;  // work entries
+  int64_t tokens_processed = 0;        // rows run through the model (base-writer items included)
+  int64_t prefix_hit_tokens = 0;       // context tokens whose rows were adopted from the prefix index
+  std::vector<int64_t> blocks_reserved;  // per pool, copies on write included
+  // Host wall time of the phases: validate + admit (planning and reservation), the forward
+  // pass (with the kernel), and the commit (indexing, private tokens).
+  double admit_seconds = 0, run_seconds = 0, commit_seconds = 0;
+};
+
 struct StepResult {
-  bool ok = true;  // false: not enough free blocks; nothing changed (capacity says which pool)
+  // false: some work entry was deferred (admissions says which; the others ran). A deferred
+  // entry changed nothing: no rows, no created sequences, no pinned prefix blocks.
+  bool ok = true;
+  // The first deferred entry's shortfall when !ok; else blocks_needed sums the admitted
+  // entries' exact needs against blocks_free before the step.
   cache::Capacity capacity;
-  std::vector<StepOutput> outputs;  // per work item
+  std::vector<StepAdmission> admissions;  // per work entry
+  std::vector<StepOutput> outputs;        // per work entry (0 logits rows when deferred)
+  StepStats stats;
 };
 
 // What the cache holds, measured from the pools, with the model's and adapters' bytes.
@@ -116,6 +145,10 @@ class Engine {
   ContextId create_context(ContextOptions options, const std::vector<std::shared_ptr<const adapters::Adapter>>& readers);
   // A reader joining later; checked as create_context checks. Returns its index.
   int32_t add_reader(ContextId context, std::shared_ptr<const adapters::Adapter> adapter);
+  // The reader leaves the context: its own rows (full), private rows, the residual streams
+  // no other reader reads, its copies of B and its pin on the adapter go. The context's
+  // shared rows stay. Its index is not reused; any later use of it is a ConfigError.
+  void remove_reader(ReaderRef reader);
   // Frees every row of the context.
   void release_context(ContextId context);
 
@@ -123,9 +156,10 @@ class Engine {
   // token ids outside the vocabulary.
   void append(ContextId context, const std::vector<int32_t>& tokens);
 
-  // Runs one batched step. Throws ConfigError for work the state does not allow (private
-  // work for a reader that has not processed the context, two work items for one reader,
-  // an unknown context or reader).
+  // Runs one batched step. Throws ConfigError, before anything changes, for work the state
+  // does not allow (private work for a reader that has neither processed the context nor
+  // started a reply, two work items for one reader, an unknown context or reader). A reader
+  // mid-reply (it has private rows) may go on replying while others append to its context.
   StepResult step(const std::vector<StepWork>& work);
 
   // Processes everything `reader` needs of the context, in chunks (StepObserver is told
@@ -146,7 +180,9 @@ class Engine {
 
   const std::vector<int32_t>& context_tokens(ContextId context) const;
   ContextOptions context_options(ContextId context) const;
+  // Reader indices handed out so far, readers that left included.
   int32_t num_readers(ContextId context) const;
+  bool has_left(ReaderRef reader) const;
 
   EngineMemory memory() const;
   const cache::PagedKvCache& cache() const { return *cache_; }
@@ -155,6 +191,8 @@ class Engine {
   struct State;  // contexts and readers (engine_state.h)
 
  private:
+  void validate_work(const std::vector<StepWork>& work) const;
+
   const LlamaModel& model_;
   EngineOptions options_;
   std::unique_ptr<cache::PagedKvCache> cache_;

@@ -8,8 +8,8 @@
 #include <optional>
 #include <vector>
 
-#include "cache/cache_types.h"
-#include "runtime/engine.h"
+#include "lorakv/cache/cache_types.h"
+#include "lorakv/runtime/engine.h"
 
 namespace lorakv::runtime {
 
@@ -35,6 +35,7 @@ struct ReaderState {
   SeqId private_seq;
   int64_t private_after = 0;
   std::vector<int32_t> private_tokens;
+  bool left = false;  // remove_reader ran: every field above is empty
 };
 
 struct ContextState {

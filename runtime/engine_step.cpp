@@ -9,10 +9,11 @@
 #include <map>
 #include <set>
 
-#include "cache/attention_views.h"
-#include "common/errors.h"
-#include "runtime/engine.h"
-#include "runtime/engine_state.h"
+#include "lorakv/cache/attention_views.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/logging.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/engine_state.h"
 
 namespace lorakv::runtime {
 
@@ -204,22 +205,27 @@ namespace {
 // Creates the rows a reader's work needs to exist: its context's shared sequence (or its
 // own, in full), reusing indexed blocks of the same tokens and key, and the residual
 // streams it fills or reads. Adopts blocks only; needs no free blocks.
-void prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState& c, ReaderState& r) {
+// Returns the context tokens whose rows it adopted from the prefix index.
+int64_t prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState& c, ReaderState& r) {
   const cache::StorageDtype dtype = cache.manager().config().dtype;
   if (c.options.mode == SharingMode::kFull) {
-    if (r.own_seq.valid()) return;
+    if (r.own_seq.valid()) return 0;
     r.own_seq = st.new_seq();
     cache::WriterFilter f;
     f.required = r.identity;
     const cache::ContentKey key = own_base_key(r, dtype);
-    cache.create_sequence(r.own_seq, key, cache.match_prefix(key, c.tokens, f));
-    return;
+    const cache::PrefixMatch match = cache.match_prefix(key, c.tokens, f);
+    cache.create_sequence(r.own_seq, key, match);
+    return match.num_tokens;
   }
+  int64_t hits = 0;
   const cache::WriterFilter filter = shared_writer_filter(c.options.writer);
   if (!c.shared_seq.valid()) {
     c.shared_seq = st.new_seq();
     const cache::ContentKey key = shared_base_key(c.options.mode, dtype);
-    cache.create_sequence(c.shared_seq, key, cache.match_prefix(key, c.tokens, filter));
+    const cache::PrefixMatch match = cache.match_prefix(key, c.tokens, filter);
+    cache.create_sequence(c.shared_seq, key, match);
+    hits = match.num_tokens;
   }
   // base_shared residual rows are always the reader's own (C_i = X_i A_i); the shared C of
   // base_lr_shared comes from the context's writer.
@@ -231,35 +237,13 @@ void prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState& c
                                       [&](const cache::ResidualStream& x) { return x.key == s.key; });
     if (!attached) cache.attach_residual(c.shared_seq, s.key, s.ranks, residual_filter);
   }
+  return hits;
 }
 
-// The cache as this step's plan leaves it: rows and coverage the items planned so far will
-// have written, so later work entries on one context plan after earlier ones.
-struct PlannedRows {
-  const cache::PagedKvCache& cache;
-  std::map<int64_t, int64_t> rows;                                  // sequence -> rows
-  std::map<std::pair<int64_t, std::string>, int64_t> covered;  // (sequence, stream) -> covered
-
-  static std::string name(const ReaderStream& s) {
-    return std::to_string(static_cast<int>(s.key.kind)) + s.key.adapter.hex();
-  }
-
-  int64_t rows_of(SeqId seq) const {
-    auto it = rows.find(seq.value());
-    return it != rows.end() ? it->second : ::lorakv::runtime::rows_of(cache, seq);
-  }
-  int64_t coverage(SeqId seq, const ReaderStream& s) const {
-    auto it = covered.find({seq.value(), name(s)});
-    return it != covered.end() ? it->second : ::lorakv::runtime::coverage(cache, seq, s);
-  }
-  void add(const Item& it) {
-    if (it.base_from < it.end) rows[it.write_seq.value()] = it.end;
-    for (const Fill& f : it.fills) covered[{it.write_seq.value(), name(*f.stream)}] = it.end;
-  }
-};
-
 // The items of one kContext work entry (none when the reader has nothing to process).
-std::vector<Item> plan_context_work(const PlannedRows& cache, const ContextState& c, const ReaderState& r,
+// Planned against the cache as it is, which already holds the rows that earlier admitted
+// work entries of this step reserved: a later entry on one context plans after them.
+std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r,
                                     size_t work, int64_t chunk, bool all_logits) {
   std::vector<Item> items;
   const auto n = static_cast<int64_t>(c.tokens.size());
@@ -279,7 +263,7 @@ std::vector<Item> plan_context_work(const PlannedRows& cache, const ContextState
     return it;
   };
   if (mode == SharingMode::kFull) {
-    const int64_t w = cache.rows_of(r.own_seq);
+    const int64_t w = rows_of(cache, r.own_seq);
     if (w >= n) return items;
     Item it = context_item(r.adapter.get(), r.identity, w, std::min(n, w + chunk));
     it.write_seq = it.read_seq = r.own_seq;
@@ -287,7 +271,7 @@ std::vector<Item> plan_context_work(const PlannedRows& cache, const ContextState
     items.push_back(std::move(it));
     return items;
   }
-  const int64_t w = cache.rows_of(c.shared_seq);
+  const int64_t w = rows_of(cache, c.shared_seq);
   const std::vector<ReaderStream>& fills = streams_to_fill(c, r);
   int64_t base_end = w;
   if (c.options.writer == SharedWriter::kBase && w < n) {
@@ -295,10 +279,11 @@ std::vector<Item> plan_context_work(const PlannedRows& cache, const ContextState
     // base_lr_shared, the shared C); the reader builds only its own residuals.
     Item it = context_item(nullptr, AdapterIdentity::base_model(), w, std::min(n, w + chunk));
     it.work = kNoWork;
+    it.all_logits = false;  // nobody reads the base writer's logits
     it.write_seq = it.read_seq = c.shared_seq;
     it.base_from = w;
     if (mode == SharingMode::kBaseLrShared) {
-      for (const ReaderStream& s : fills) it.fills.push_back({&s, cache.coverage(c.shared_seq, s)});
+      for (const ReaderStream& s : fills) it.fills.push_back({&s, coverage(cache, c.shared_seq, s)});
     }
     base_end = it.end;
     items.push_back(std::move(it));
@@ -307,7 +292,7 @@ std::vector<Item> plan_context_work(const PlannedRows& cache, const ContextState
   const bool reader_fills = mode == SharingMode::kBaseShared || (mode == SharingMode::kBaseLrShared && reader_writes_base);
   int64_t start = reader_writes_base ? w : n;
   if (reader_fills) {
-    for (const ReaderStream& s : fills) start = std::min(start, cache.coverage(c.shared_seq, s));
+    for (const ReaderStream& s : fills) start = std::min(start, coverage(cache, c.shared_seq, s));
   }
   const int64_t limit = reader_writes_base ? n : base_end;
   if (start >= limit) return items;
@@ -316,31 +301,13 @@ std::vector<Item> plan_context_work(const PlannedRows& cache, const ContextState
   if (reader_writes_base && w < it.end) it.base_from = w;
   if (reader_fills) {
     for (const ReaderStream& s : fills) {
-      const int64_t from = cache.coverage(c.shared_seq, s);
+      const int64_t from = coverage(cache, c.shared_seq, s);
       if (from < it.end) it.fills.push_back({&s, from});
     }
   }
   for (const ReaderStream& s : r.streams) it.reads.push_back(&s);
   items.push_back(std::move(it));
   return items;
-}
-
-// Rows an item's append takes, at most, from each pool: every lane may start a block and
-// copy a shared partial one.
-void add_upper_bound(const cache::PagedKvCache& cache, const Item& it, std::vector<int64_t>& need) {
-  const cache::CacheLayout& l = cache.layout();
-  const int64_t lanes_per_layer = l.num_groups();
-  // A sequence not created yet (a first private row) has no partial block to copy.
-  const int64_t copy = it.write_seq.valid() ? 1 : 0;
-  if (it.base_from < it.end) need[0] += l.num_lanes() * (l.blocks_for(it.end - it.base_from) + copy);
-  for (const Fill& f : it.fills) {
-    for (size_t layer = 0; layer < f.stream->ranks.size(); ++layer) {
-      const int64_t rank = f.stream->ranks[layer];
-      if (rank == 0) continue;
-      need[static_cast<size_t>(cache.manager().pool_for_rank(rank))] +=
-          lanes_per_layer * (l.blocks_for(it.end - f.from) + 1);
-    }
-  }
 }
 
 cache::AppendRequest append_request(const Item& it) {
@@ -351,68 +318,243 @@ cache::AppendRequest append_request(const Item& it) {
   return req;
 }
 
-}  // namespace
+// Engine fields a work entry's admission may set (rows created, the private start), saved
+// before it runs so a deferred entry or a failed step can put them back.
+struct ReaderMarks {
+  ContextState* context = nullptr;
+  ReaderState* reader = nullptr;
+  SeqId shared_seq, own_seq, private_seq;
+  int64_t private_after = 0;
 
-StepResult Engine::step(const std::vector<StepWork>& work) {
-  StepResult result;
-  result.outputs.resize(work.size());
-  std::set<std::pair<int64_t, int32_t>> seen;
-  for (const StepWork& w : work) {
-    state_->reader(w.reader);  // throws for an unknown context or reader
-    if (!seen.insert({w.reader.context.value(), w.reader.index}).second) {
-      throw ConfigError("two work items for one reader in one step",
-                        {"", "context " + std::to_string(w.reader.context.value()) + " reader " + std::to_string(w.reader.index)});
-    }
-    if (w.kind == StepWork::Kind::kPrivate) {
-      if (w.tokens.empty()) throw ConfigError("private work needs tokens");
-      if (pending_tokens(w.reader) > 0) {
-        throw ConfigError("private work for a reader that has not processed its context",
-                          {"", "context " + std::to_string(w.reader.context.value()) + " reader " +
-                                   std::to_string(w.reader.index),
-                           "0 pending context tokens", std::to_string(pending_tokens(w.reader)), "call Engine::prefill first"});
-      }
-      for (int32_t t : w.tokens) {
-        if (t < 0 || t >= model_.config().vocab_size) throw ConfigError("token id out of range", {"", "", "", std::to_string(t), ""});
-      }
+  static ReaderMarks of(ContextState& c, ReaderState& r) {
+    return {&c, &r, c.shared_seq, r.own_seq, r.private_seq, r.private_after};
+  }
+  void restore() const {
+    context->shared_seq = shared_seq;
+    reader->own_seq = own_seq;
+    reader->private_seq = private_seq;
+    reader->private_after = private_after;
+  }
+};
+
+// One step's undo: a cache transaction level plus the engine fields its work set. Rolls
+// everything back when destroyed uncommitted (an exception anywhere in the step).
+class StepUndo {
+ public:
+  explicit StepUndo(cache::PagedKvCache& cache) : cache_(cache), depth_(cache.manager().transaction_depth()) {
+    cache_.begin_transaction();
+  }
+  ~StepUndo() {
+    if (open_) rollback_to(depth_, 0);
+  }
+  StepUndo(const StepUndo&) = delete;
+  StepUndo& operator=(const StepUndo&) = delete;
+
+  // A work entry's admission: its own level and marks, kept or undone alone.
+  void begin_entry(ReaderMarks marks) {
+    cache_.begin_transaction();
+    marks_.push_back(marks);
+    entry_marks_ = marks_.size() - 1;
+  }
+  void keep_entry() { cache_.commit_transaction(); }
+  void defer_entry() { rollback_to(depth_ + 1, entry_marks_); }
+
+  void commit() {
+    cache_.commit_transaction();
+    open_ = false;
+  }
+
+ private:
+  // Rolls back the cache's levels above `depth` and restores the marks from `first` on.
+  void rollback_to(int64_t depth, size_t first) {
+    while (cache_.manager().transaction_depth() > depth) cache_.rollback_transaction();
+    while (marks_.size() > first) {
+      marks_.back().restore();
+      marks_.pop_back();
     }
   }
 
-  // Plan, against the cache as it is: every item's rows, then one capacity check.
+  cache::PagedKvCache& cache_;
+  int64_t depth_;
+  bool open_ = true;
+  std::vector<ReaderMarks> marks_;
+  size_t entry_marks_ = 0;
+};
+
+// The private item of a kPrivate work entry: its tokens after the reader's private rows.
+Item plan_private_work(const ContextState& c, ReaderState& r, size_t work, const StepWork& w) {
+  Item it;
+  it.work = work;
+  it.adapter = r.adapter.get();
+  it.writer = r.identity;
+  it.kv_lora_in_rows = true;  // private rows are the reader's full rows
+  it.tokens = w.tokens;
+  if (!r.private_seq.valid()) r.private_after = static_cast<int64_t>(c.tokens.size());
+  it.start = r.private_after + static_cast<int64_t>(r.private_tokens.size());
+  it.end = it.start + static_cast<int64_t>(w.tokens.size());
+  it.base_from = it.start;
+  it.read_seq = c.options.mode == SharingMode::kFull ? r.own_seq : c.shared_seq;
+  it.read_limit = r.private_after;
+  it.write_seq = it.private_seq = r.private_seq;  // invalid until its first row
+  for (const ReaderStream& s : r.streams) it.reads.push_back(&s);
+  it.all_logits = w.all_logits;
+  return it;
+}
+
+// "base pool: 12 blocks needed, 3 free" for the pools the shortfall names.
+std::string shortfall_text(const cache::Capacity& cap) {
+  std::string text;
+  for (size_t p = 0; p < cap.blocks_needed.size(); ++p) {
+    if (cap.blocks_needed[p] <= cap.blocks_free[p]) continue;
+    if (!text.empty()) text += "; ";
+    text += (p == 0 ? std::string("base pool") : "residual pool " + std::to_string(p)) + ": " +
+            std::to_string(cap.blocks_needed[p]) + " blocks needed, " + std::to_string(cap.blocks_free[p]) + " free";
+  }
+  return text;
+}
+
+// Runs the admitted items as one forward pass and fills their outputs.
+void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
+               StepResult& result) {
+  int64_t max_end = 0;
+  std::vector<SequenceInput> batch;
+  for (const Item& it : items) {
+    max_end = std::max(max_end, it.end);
+    SequenceInput in;
+    in.seq = it.write_seq;
+    in.tokens = it.tokens;
+    in.adapter = it.adapter;
+    in.kv_lora_in_rows = it.kv_lora_in_rows;
+    in.first_position = it.start;
+    in.all_logits = it.all_logits;
+    batch.push_back(std::move(in));
+  }
+  if (!st.rope_cos.defined() || st.rope_cos.size(0) < max_end) {
+    int64_t rows = 1024;
+    while (rows < max_end) rows *= 2;
+    std::tie(st.rope_cos, st.rope_sin) = model.rope_half_tables(rows);
+  }
+  PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale());
+  // Logits rows: every token of the items that asked for them, the last of the others.
+  const at::Tensor logits = model.forward(batch, backend);
+
+  int64_t row = 0;
+  for (const Item& it : items) {
+    const int64_t n = it.all_logits ? it.end - it.start : 1;
+    if (it.work != kNoWork) {
+      StepOutput& out = result.outputs[it.work];
+      out.logits = logits.narrow(0, row, n);
+      out.tokens_processed = it.end - it.start;
+      out.first_position = it.start;
+    }
+    row += n;
+  }
+}
+
+}  // namespace
+
+void Engine::validate_work(const std::vector<StepWork>& work) const {
+  std::set<std::pair<int64_t, int32_t>> seen;
+  for (const StepWork& w : work) {
+    const ReaderState& r = state_->reader(w.reader);  // throws for an unknown context or reader
+    const std::string where = "context " + std::to_string(w.reader.context.value()) + " reader " +
+                              std::to_string(w.reader.index);
+    if (!seen.insert({w.reader.context.value(), w.reader.index}).second) {
+      throw ConfigError("two work items for one reader in one step", {"", where});
+    }
+    if (w.kind != StepWork::Kind::kPrivate) continue;
+    if (w.tokens.empty()) throw ConfigError("private work needs tokens", {"", where});
+    // A reader mid-reply reads only rows below its private start, which exist: others may
+    // have appended to the context since. A reader starting a reply must have processed it.
+    const int64_t pending = pending_tokens(w.reader);
+    if (!r.private_seq.valid() && pending > 0) {
+      throw ConfigError("private work for a reader that has not processed its context",
+                        {"", where, "0 pending context tokens", std::to_string(pending), "call Engine::prefill first"});
+    }
+    for (int32_t t : w.tokens) {
+      if (t < 0 || t >= model_.config().vocab_size) {
+        throw ConfigError("token id out of range", {"", where, "0.." + std::to_string(model_.config().vocab_size - 1),
+                                                    std::to_string(t), ""});
+      }
+    }
+  }
+}
+
+StepResult Engine::step(const std::vector<StepWork>& work) {
+  const log::Stopwatch admit_watch;
+  validate_work(work);  // throws before anything changes
+  StepResult result;
+  result.outputs.resize(work.size());
+  result.admissions.resize(work.size());
+  result.capacity.blocks_needed.assign(static_cast<size_t>(cache_->manager().num_pools()), 0);
+  for (int32_t p = 0; p < cache_->manager().num_pools(); ++p) {
+    result.capacity.blocks_free.push_back(cache_->manager().allocator(p).num_free());
+  }
+
+  // Admit: entry by entry, in order, each planned against the rows earlier admitted entries
+  // reserved and reserved at once (so the count of blocks is exact), or deferred with its
+  // own changes undone. A deferred entry does not block later ones: they are planned
+  // against the rows that exist, so one that would have read the deferred entry's rows
+  // writes them itself.
+  result.stats.blocks_reserved.assign(static_cast<size_t>(cache_->manager().num_pools()), 0);
+  StepUndo undo(*cache_);
   std::vector<Item> items;
-  PlannedRows planned_rows{*cache_, {}, {}};
   for (size_t i = 0; i < work.size(); ++i) {
     const StepWork& w = work[i];
     ContextState& c = state_->context(w.reader.context);
     ReaderState& r = state_->reader(w.reader);
-    prepare_rows(*cache_, *state_, c, r);
+    undo.begin_entry(ReaderMarks::of(c, r));
+    const int64_t hits = prepare_rows(*cache_, *state_, c, r);
+    std::vector<Item> planned;
     if (w.kind == StepWork::Kind::kContext) {
-      std::vector<Item> planned = plan_context_work(planned_rows, c, r, i,
-                                                    w.max_tokens > 0 ? w.max_tokens : options_.prefill_chunk, w.all_logits);
-      // Work entries on one context run in order: a later one plans against the rows an
-      // earlier one of this step will have written.
-      for (Item& it : planned) {
-        planned_rows.add(it);
-        items.push_back(std::move(it));
+      planned = plan_context_work(*cache_, c, r, i, w.max_tokens > 0 ? w.max_tokens : options_.prefill_chunk,
+                                  w.all_logits);
+    } else {
+      planned.push_back(plan_private_work(c, r, i, w));
+    }
+    std::optional<cache::Capacity> shortfall;
+    std::vector<int64_t> reserved(static_cast<size_t>(cache_->manager().num_pools()), 0);
+    for (Item& it : planned) {
+      if (w.kind == StepWork::Kind::kPrivate && !r.private_seq.valid()) {
+        r.private_seq = state_->new_seq();
+        cache_->create_suffix_sequence(r.private_seq, own_base_key(r, cache_->manager().config().dtype), r.private_after);
+        it.write_seq = it.private_seq = r.private_seq;
+      }
+      const cache::AppendRequest req = append_request(it);
+      if (req.tokens.empty() && req.residuals.empty()) continue;
+      const cache::Capacity cap = cache_->can_append(it.write_seq, req);
+      if (!cap.ok) {
+        shortfall = cap;
+        break;
+      }
+      it.slots = cache_->append(it.write_seq, req);
+      LORAKV_ASSERT(it.slots.has_value(), "append failed after can_append said yes");
+      for (size_t p = 0; p < cap.blocks_needed.size(); ++p) reserved[p] += cap.blocks_needed[p];
+    }
+    StepAdmission& admission = result.admissions[i];
+    if (shortfall) {
+      undo.defer_entry();
+      admission.admitted = false;
+      admission.shortfall = *shortfall;
+      admission.reason = shortfall_text(*shortfall);
+      ++result.stats.deferred;
+      if (result.ok) {
+        result.ok = false;
+        result.capacity = *shortfall;
+        result.capacity.ok = false;
       }
       continue;
     }
-    Item it;
-    it.work = i;
-    it.adapter = r.adapter.get();
-    it.writer = r.identity;
-    it.kv_lora_in_rows = true;  // private rows are the reader's full rows
-    it.tokens = w.tokens;
-    if (!r.private_seq.valid()) r.private_after = static_cast<int64_t>(c.tokens.size());
-    it.start = r.private_after + static_cast<int64_t>(r.private_tokens.size());
-    it.end = it.start + static_cast<int64_t>(w.tokens.size());
-    it.base_from = it.start;
-    it.read_seq = c.options.mode == SharingMode::kFull ? r.own_seq : c.shared_seq;
-    it.read_limit = r.private_after;
-    it.write_seq = it.private_seq = r.private_seq;  // invalid until its first row
-    for (const ReaderStream& s : r.streams) it.reads.push_back(&s);
-    it.all_logits = w.all_logits;
-    items.push_back(std::move(it));
+    undo.keep_entry();
+    ++result.stats.admitted;
+    result.stats.prefix_hit_tokens += hits;
+    for (size_t p = 0; p < reserved.size(); ++p) {
+      result.stats.blocks_reserved[p] += reserved[p];
+      if (result.ok) result.capacity.blocks_needed[p] += reserved[p];
+    }
+    for (Item& it : planned) items.push_back(std::move(it));
   }
+  for (const Item& it : items) result.stats.tokens_processed += it.end - it.start;
   // Planned in order, no two items write the same rows.
   for (size_t a = 0; a < items.size(); ++a) {
     for (size_t b = a + 1; b < items.size(); ++b) {
@@ -422,95 +564,30 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
                     "two items of one step plan the same rows");
     }
   }
-  // Capacity: exact (the cache's own count) for a sequence with one append this step, an
-  // upper bound where several items append to one sequence or it does not exist yet.
-  std::map<int64_t, int> appends_per_seq;
-  for (const Item& it : items) {
-    if (it.write_seq.valid()) ++appends_per_seq[it.write_seq.value()];
-  }
-  std::vector<int64_t> need(static_cast<size_t>(cache_->manager().num_pools()), 0);
-  for (const Item& it : items) {
-    if (it.write_seq.valid() && appends_per_seq[it.write_seq.value()] == 1) {
-      const cache::Capacity exact = cache_->can_append(it.write_seq, append_request(it));
-      for (size_t p = 0; p < need.size(); ++p) need[p] += exact.blocks_needed[p];
-    } else {
-      add_upper_bound(*cache_, it, need);
-    }
-  }
-  result.capacity.blocks_needed = need;
-  for (int32_t p = 0; p < cache_->manager().num_pools(); ++p) {
-    result.capacity.blocks_free.push_back(cache_->manager().allocator(p).num_free());
-    result.capacity.ok = result.capacity.ok && need[static_cast<size_t>(p)] <= result.capacity.blocks_free.back();
-  }
-  if (!result.capacity.ok) {
-    result.ok = false;
-    result.outputs.clear();
-    return result;
-  }
 
-  // Reserve: private sequences, then every item's rows, in order.
-  for (Item& it : items) {
-    if (it.work != kNoWork && work[it.work].kind == StepWork::Kind::kPrivate) {
-      ReaderState& r = state_->reader(work[it.work].reader);
-      if (!r.private_seq.valid()) {
-        r.private_seq = state_->new_seq();
-        cache_->create_suffix_sequence(r.private_seq, own_base_key(r, cache_->manager().config().dtype), r.private_after);
-      }
-      it.write_seq = it.private_seq = r.private_seq;
-    }
-    const cache::AppendRequest req = append_request(it);
-    if (req.tokens.empty() && req.residuals.empty()) continue;
-    it.slots = cache_->append(it.write_seq, req);
-    LORAKV_ASSERT(it.slots.has_value(), "append failed after the step's capacity check");
-  }
-  if (items.empty()) {
-    if (observer_) observer_->after_step(work, result);
-    return result;
-  }
-
-  // Run.
-  int64_t max_end = 0;
-  bool all_logits = false;
-  std::vector<SequenceInput> batch;
-  for (const Item& it : items) {
-    max_end = std::max(max_end, it.end);
-    all_logits = all_logits || it.all_logits;
-    SequenceInput in;
-    in.seq = it.write_seq;
-    in.tokens = it.tokens;
-    in.adapter = it.adapter;
-    in.kv_lora_in_rows = it.kv_lora_in_rows;
-    in.first_position = it.start;
-    batch.push_back(std::move(in));
-  }
-  if (!state_->rope_cos.defined() || state_->rope_cos.size(0) < max_end) {
-    int64_t rows = 1024;
-    while (rows < max_end) rows *= 2;
-    std::tie(state_->rope_cos, state_->rope_sin) = model_.rope_half_tables(rows);
-  }
-  PagedAttention backend(*cache_, model_.config(), items, state_->rope_cos, state_->rope_sin, model_.attention_scale());
-  ForwardOptions fo;
-  fo.all_logits = all_logits;
-  const at::Tensor logits = model_.forward(batch, backend, fo);
-
-  int64_t row = 0;
-  for (const Item& it : items) {
-    const int64_t n = all_logits ? it.end - it.start : 1;
-    if (it.work != kNoWork) {
-      StepOutput& out = result.outputs[it.work];
-      out.logits = it.all_logits || !all_logits ? logits.narrow(0, row, n) : logits.narrow(0, row + n - 1, 1);
-      out.tokens_processed = it.end - it.start;
-      out.first_position = it.start;
-      if (work[it.work].kind == StepWork::Kind::kPrivate) {
-        ReaderState& r = state_->reader(work[it.work].reader);
-        r.private_tokens.insert(r.private_tokens.end(), it.tokens.begin(), it.tokens.end());
-      }
-    }
-    row += n;
-  }
+  result.stats.admit_seconds = admit_watch.seconds();
+  const log::Stopwatch run_watch;
+  if (!items.empty()) run_items(model_, *cache_, *state_, items, result);
+  result.stats.run_seconds = run_watch.seconds();
+  // Everything that can fail (allocate) happens before the commit; after it, nothing may.
   for (StepOutput& out : result.outputs) {
     if (!out.logits.defined()) out.logits = at::empty({0, model_.config().vocab_size}, at::kFloat);
   }
+  for (const Item& it : items) {
+    if (it.work == kNoWork || work[it.work].kind != StepWork::Kind::kPrivate) continue;
+    ReaderState& r = state_->reader(work[it.work].reader);
+    r.private_tokens.reserve(r.private_tokens.size() + it.tokens.size());
+  }
+  // The rows are written: keep the reservations and index the newly full blocks (all or
+  // nothing: a failure there rolls the step back like any other).
+  const log::Stopwatch commit_watch;
+  undo.commit();
+  for (const Item& it : items) {
+    if (it.work == kNoWork || work[it.work].kind != StepWork::Kind::kPrivate) continue;
+    ReaderState& r = state_->reader(work[it.work].reader);
+    r.private_tokens.insert(r.private_tokens.end(), it.tokens.begin(), it.tokens.end());  // reserved: no allocation
+  }
+  result.stats.commit_seconds = commit_watch.seconds();
   if (observer_) observer_->after_step(work, result);
   return result;
 }

@@ -1,15 +1,15 @@
 // runtime/generator.cpp: the decoding loop on the engine. Each step runs one batched engine
 // step over the live requests (their prompts first, in chunks, then one token each), then
 // samples per request.
-#include "runtime/generator.h"
+#include "lorakv/runtime/generator.h"
 
 #include <algorithm>
 #include <memory>
 
-#include "common/errors.h"
-#include "formats/bpe_tokenizer.h"
-#include "runtime/engine.h"
-#include "runtime/stop_strings.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/stop_strings.h"
 
 namespace lorakv::runtime {
 

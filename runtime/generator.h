@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine.h"
-#include "runtime/llama_model.h"
-#include "runtime/sampler.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/llama_model.h"
+#include "lorakv/runtime/sampler.h"
 
 namespace lorakv::formats {
 class BpeTokenizer;

@@ -1,17 +1,17 @@
 // runtime/hf_checkpoint.cpp: config.json -> ModelConfig, safetensors -> ModelWeights.
-#include "runtime/hf_checkpoint.h"
+#include "lorakv/runtime/hf_checkpoint.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "common/errors.h"
-#include "common/shape_string.h"
-#include "formats/json.h"
-#include "formats/safetensors_file.h"
-#include "formats/safetensors_index.h"
-#include "formats/tokenizer_json.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/shape_string.h"
+#include "lorakv/formats/json.h"
+#include "lorakv/formats/safetensors_file.h"
+#include "lorakv/formats/safetensors_index.h"
+#include "lorakv/formats/tokenizer_json.h"
 
 namespace lorakv::runtime {
 namespace fs = std::filesystem;

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "formats/bpe_tokenizer.h"
-#include "runtime/model_config.h"
-#include "runtime/model_weights.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/runtime/model_config.h"
+#include "lorakv/runtime/model_weights.h"
 
 namespace lorakv::runtime {
 

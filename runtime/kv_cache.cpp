@@ -1,9 +1,9 @@
 // runtime/kv_cache.cpp: the contiguous per-sequence KV cache.
-#include "runtime/kv_cache.h"
+#include "lorakv/runtime/kv_cache.h"
 
 #include <cstdint>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::runtime {
 

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/ids.h"
+#include "lorakv/common/ids.h"
 
 namespace lorakv::runtime {
 

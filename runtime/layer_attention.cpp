@@ -1,9 +1,9 @@
 // runtime/layer_attention.cpp: plain views of the contiguous cache for the fused kernel.
-#include "runtime/layer_attention.h"
+#include "lorakv/runtime/layer_attention.h"
 
-#include "common/errors.h"
-#include "kernels/attention.h"
-#include "kernels/lora_attention.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/attention.h"
+#include "lorakv/kernels/lora_attention.h"
 
 namespace lorakv::runtime {
 

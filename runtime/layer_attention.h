@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "runtime/kv_cache.h"
+#include "lorakv/runtime/kv_cache.h"
 
 namespace lorakv::runtime {
 

@@ -1,7 +1,7 @@
 // runtime/linear_weight.cpp: dispatch of one projection to ATen's GEMM or the quantised kernels.
-#include "runtime/linear_weight.h"
+#include "lorakv/runtime/linear_weight.h"
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::runtime {
 

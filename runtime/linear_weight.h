@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "kernels/quant_matrix.h"
+#include "lorakv/kernels/quant_matrix.h"
 
 namespace lorakv::runtime {
 

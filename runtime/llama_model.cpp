@@ -1,15 +1,17 @@
 // runtime/llama_model.cpp: the forward pass. All new tokens of the batch are packed into
-// one [T_total, hidden] matrix so every projection is a single matmul; only attention
-// runs per sequence, over that sequence's cached rows.
-#include "runtime/llama_model.h"
+// one [T_total, hidden] matrix so every projection is a single matmul; attention goes
+// through an AttentionBackend: per sequence over the contiguous reference cache
+// (runtime/kv_cache.h), or the engine's paged cache with one fused kernel call per layer
+// for every sequence of the step.
+#include "lorakv/runtime/llama_model.h"
 
 #include <algorithm>
 
-#include "common/errors.h"
-#include "formats/gguf_file.h"
-#include "kernels/attention.h"
-#include "runtime/layer_attention.h"
-#include "kernels/rope.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/kernels/attention.h"
+#include "lorakv/runtime/layer_attention.h"
+#include "lorakv/kernels/rope.h"
 
 namespace lorakv::runtime {
 
@@ -249,10 +251,16 @@ at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
     hidden.add_(project(gated, l, w.down, {Module::kDown}, plan));
   }
 
-  if (!options.all_logits) {
-    std::vector<int64_t> last;
-    for (size_t i = 1; i < offsets.size(); ++i) last.push_back(offsets[i] - 1);
-    hidden = hidden.index_select(0, at::tensor(last, at::kLong));
+  const bool every_row = options.all_logits || std::all_of(batch.begin(), batch.end(), [](const SequenceInput& s) {
+    return s.all_logits;
+  });
+  if (!every_row) {
+    std::vector<int64_t> rows;  // the rows whose logits were asked for, in input order
+    for (size_t i = 1; i < offsets.size(); ++i) {
+      const int64_t first = batch[i - 1].all_logits ? offsets[i - 1] : offsets[i] - 1;
+      for (int64_t r = first; r < offsets[i]; ++r) rows.push_back(r);
+    }
+    hidden = hidden.index_select(0, at::tensor(rows, at::kLong));
   }
   hidden = kernels::rms_norm(hidden, weights_.final_norm, c.rms_norm_eps);
   return weights_.lm_head.linear(hidden).to(at::kFloat);

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "adapters/adapter.h"
-#include "common/ids.h"
-#include "kernels/lora.h"
-#include "runtime/kv_cache.h"
-#include "runtime/model_config.h"
-#include "runtime/model_weights.h"
+#include "lorakv/adapters/adapter.h"
+#include "lorakv/common/ids.h"
+#include "lorakv/kernels/lora.h"
+#include "lorakv/runtime/kv_cache.h"
+#include "lorakv/runtime/model_config.h"
+#include "lorakv/runtime/model_weights.h"
 
 namespace lorakv::formats {
 class GgufFile;
@@ -39,6 +39,9 @@ struct SequenceInput {
   // Position of tokens[0] with an AttentionBackend (the KvCache overload continues from the
   // cache's rows instead).
   int64_t first_position = 0;
+  // Logits for every new token of this sequence, not only its last (ForwardOptions::all_logits
+  // asks it of every sequence). The LM head runs on the rows asked for, nobody else's.
+  bool all_logits = false;
 };
 
 // The packed rows that run with one adapter (grouped over every sequence using it with the
@@ -103,9 +106,9 @@ class LlamaModel {
   std::unique_ptr<KvCache> make_cache() const;
 
   // Runs the new tokens of every sequence through the model, appending their K/V rows to
-  // `cache` and committing them. Returns float32 logits: [num_sequences, vocab] (each
-  // sequence's last new token), or [total_new_tokens, vocab] in input order when
-  // options.all_logits. Throws ConfigError for out-of-range token ids or an empty input.
+  // `cache` and committing them. Returns float32 logits [rows, vocab] in input order: each
+  // sequence's last new token, or every new token of the sequences with all_logits (all of
+  // them with options.all_logits). Throws ConfigError for out-of-range token ids or an empty input.
   at::Tensor forward(const std::vector<SequenceInput>& batch, KvCache& cache, ForwardOptions options = {}) const;
   // The same over any attention backend (the engine's paged cache); the backend is told each
   // layer's rows and stores them itself. Returns what forward returns.

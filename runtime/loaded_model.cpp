@@ -1,11 +1,11 @@
 // runtime/loaded_model.cpp: GGUF file -> tokenizer + model.
-#include "runtime/loaded_model.h"
+#include "lorakv/runtime/loaded_model.h"
 
-#include "common/errors.h"
-#include "common/logging.h"
-#include "formats/gguf_file.h"
-#include "formats/tokenizer_gguf.h"
-#include "runtime/hf_checkpoint.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/logging.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/tokenizer_gguf.h"
+#include "lorakv/runtime/hf_checkpoint.h"
 
 namespace lorakv::runtime {
 

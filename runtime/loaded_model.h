@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "formats/bpe_tokenizer.h"
-#include "runtime/llama_model.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/runtime/llama_model.h"
 
 namespace lorakv::runtime {
 

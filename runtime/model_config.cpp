@@ -1,10 +1,10 @@
 // runtime/model_config.cpp: GGUF metadata -> ModelConfig.
-#include "runtime/model_config.h"
+#include "lorakv/runtime/model_config.h"
 
 #include <algorithm>
 
-#include "common/errors.h"
-#include "formats/gguf_file.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/gguf_file.h"
 
 namespace lorakv::runtime {
 

@@ -1,14 +1,14 @@
 // runtime/model_weights.cpp: GGUF tensors -> ATen tensors in HF layout.
-#include "runtime/model_weights.h"
+#include "lorakv/runtime/model_weights.h"
 
 #include <ATen/Parallel.h>
 
 #include <cstring>
 
-#include "common/errors.h"
-#include "common/logging.h"
-#include "common/shape_string.h"
-#include "formats/gguf_file.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/logging.h"
+#include "lorakv/common/shape_string.h"
+#include "lorakv/formats/gguf_file.h"
 
 namespace lorakv::runtime {
 namespace {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "formats/llama_modules.h"
-#include "kernels/qk_unpermute.h"
-#include "runtime/linear_weight.h"
-#include "runtime/model_config.h"
+#include "lorakv/formats/llama_modules.h"
+#include "lorakv/kernels/qk_unpermute.h"
+#include "lorakv/runtime/linear_weight.h"
+#include "lorakv/runtime/model_config.h"
 
 namespace lorakv::formats {
 class GgufFile;

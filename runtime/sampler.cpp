@@ -1,12 +1,12 @@
 // runtime/sampler.cpp: logits processing in Hugging Face's order (repetition penalty,
 // temperature, top-k, top-p), then a draw from the remaining distribution.
-#include "runtime/sampler.h"
+#include "lorakv/runtime/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::runtime {
 

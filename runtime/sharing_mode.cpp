@@ -1,8 +1,8 @@
 // runtime/sharing_mode.cpp: mode names and the check of which adapters a mode can serve.
-#include "runtime/sharing_mode.h"
+#include "lorakv/runtime/sharing_mode.h"
 
-#include "common/errors.h"
-#include "kernels/lora_attention.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/lora_attention.h"
 
 namespace lorakv::runtime {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "adapters/adapter.h"
+#include "lorakv/adapters/adapter.h"
 
 namespace lorakv::runtime {
 

@@ -1,7 +1,7 @@
 // runtime/stop_strings.cpp: hold-back matching of stop strings.
-#include "runtime/stop_strings.h"
+#include "lorakv/runtime/stop_strings.h"
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::runtime {
 

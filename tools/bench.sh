@@ -27,7 +27,7 @@ case "${LORAKV_BENCH:-attention}" in
   quant)
     phase "quantised projection benchmark" "$LORAKV_BUILD_DIR/bench/lorakv_quant_matmul_bench" ${LORAKV_BENCH_ARGS:-} ;;
   memory)
-    phase "shared-cache memory benchmark" "$LORAKV_BUILD_DIR/agents/lorakv" bench memory --model "$LORAKV_MODEL_FILE" \
+    phase "shared-cache memory benchmark" "$LORAKV_BUILD_DIR/cli/lorakv" bench memory --model "$LORAKV_MODEL_FILE" \
       --assets "$LORAKV_ROOT/assets" --python "$LORAKV_ROOT/.venv-bench/bin/python" \
       --out "$LORAKV_BUILD_DIR/bench_results/memory" ${LORAKV_BENCH_ARGS:-} ;;
   *) die "unknown LORAKV_BENCH '${LORAKV_BENCH}' (use: attention, generate, quant or memory)" ;;

@@ -1,7 +1,7 @@
 // kernels/cpu/lora_attention_avx2.cpp: the AVX2 + FMA path (8 floats per register). Built
 // with -mavx2 -mfma for this file only (kernels/CMakeLists.txt) and run only when
 // common/cpu_features.h says the CPU and OS support it.
-#include "kernels/cpu/lora_attention_plan.h"
+#include "lorakv/kernels/cpu/lora_attention_plan.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/lora_attention_impl.h"
+#include "lorakv/kernels/cpu/lora_attention_impl.h"
 
 namespace lorakv::kernels::cpu::avx2 {
 namespace {

@@ -2,16 +2,16 @@
 // with -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma for this file only
 // (kernels/CMakeLists.txt) and run only when common/cpu_features.h says the CPU and OS
 // support it, so the binary still runs on AVX2-only machines.
-#include "kernels/cpu/lora_attention_plan.h"
+#include "lorakv/kernels/cpu/lora_attention_plan.h"
 
 #if defined(__AVX512F__)
-#include "kernels/cpu/avx512_intrinsics.h"
+#include "lorakv/kernels/cpu/avx512_intrinsics.h"
 #include <math.h>
 
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/lora_attention_impl.h"
+#include "lorakv/kernels/cpu/lora_attention_impl.h"
 
 namespace lorakv::kernels::cpu::avx512 {
 namespace {

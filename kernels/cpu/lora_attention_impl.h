@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/lora_attention_ops.h"
+#include "lorakv/kernels/cpu/lora_attention_ops.h"
 
 namespace lorakv::kernels::cpu {
 

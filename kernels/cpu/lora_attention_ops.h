@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/lora_attention_plan.h"
+#include "lorakv/kernels/cpu/lora_attention_plan.h"
 
 namespace lorakv::kernels::cpu {
 

@@ -1,7 +1,7 @@
 // kernels/cpu/lora_attention_plan.cpp: the rows' partial-record layout and the work items of
 // one call: each (base, KV head) shared range and each (agent, KV head) private range split
 // into key ranges so that every thread has work (split-K), largest first.
-#include "kernels/cpu/lora_attention_plan_storage.h"
+#include "lorakv/kernels/cpu/lora_attention_plan_storage.h"
 
 #include <algorithm>
 #include <numeric>

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/lora_attention.h"
+#include "lorakv/kernels/lora_attention.h"
 
 namespace lorakv::kernels::cpu {
 

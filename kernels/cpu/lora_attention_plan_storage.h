@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "kernels/cpu/lora_attention_plan.h"
+#include "lorakv/kernels/cpu/lora_attention_plan.h"
 
 namespace lorakv::kernels::cpu {
 

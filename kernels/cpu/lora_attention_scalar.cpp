@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/lora_attention_impl.h"
+#include "lorakv/kernels/cpu/lora_attention_impl.h"
 
 namespace lorakv::kernels::cpu::scalar {
 namespace {

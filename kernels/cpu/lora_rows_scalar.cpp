@@ -2,7 +2,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "kernels/cpu/lora_rows.h"
+#include "lorakv/kernels/cpu/lora_rows.h"
 
 namespace lorakv::kernels::cpu {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/quant_view.h"
+#include "lorakv/kernels/quant_view.h"
 
 namespace lorakv::kernels::cpu {
 

@@ -1,12 +1,12 @@
 // kernels/cpu/quant_gemv_avx2.cpp: the AVX2 path (8 floats per register). Built with
 // -mavx2 -mfma -mf16c for this file only (kernels/CMakeLists.txt); run only where
 // common/cpu_features.h finds AVX2 and FMA (every such CPU has F16C).
-#include "kernels/cpu/quant_gemv.h"
+#include "lorakv/kernels/cpu/quant_gemv.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
-#include "kernels/cpu/quant_gemv_impl.h"
+#include "lorakv/kernels/cpu/quant_gemv_impl.h"
 
 namespace lorakv::kernels::cpu::avx2 {
 namespace {

@@ -1,12 +1,12 @@
 // kernels/cpu/quant_gemv_avx512.cpp: the AVX-512 path (16 floats per register). Built with
 // -mavx512f -mavx512bw -mavx512vl -mavx2 -mfma -mf16c for this file only
 // (kernels/CMakeLists.txt); run only where common/cpu_features.h finds AVX-512.
-#include "kernels/cpu/quant_gemv.h"
+#include "lorakv/kernels/cpu/quant_gemv.h"
 
 #if defined(__AVX512F__)
-#include "kernels/cpu/avx512_intrinsics.h"
+#include "lorakv/kernels/cpu/avx512_intrinsics.h"
 
-#include "kernels/cpu/quant_gemv_impl.h"
+#include "lorakv/kernels/cpu/quant_gemv_impl.h"
 
 namespace lorakv::kernels::cpu::avx512 {
 namespace {

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/quant_gemv.h"
+#include "lorakv/kernels/cpu/quant_gemv.h"
 
 namespace lorakv::kernels::cpu {
 

@@ -2,8 +2,8 @@
 // row dequantiser every path shares. Also the reference the vector paths are tested against.
 #include <cstring>
 
-#include "kernels/cpu/quant_gemv.h"
-#include "kernels/cpu/quant_gemv_impl.h"
+#include "lorakv/kernels/cpu/quant_gemv.h"
+#include "lorakv/kernels/cpu/quant_gemv_impl.h"
 
 namespace lorakv::kernels::cpu {
 

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <limits>
 
-#include "adapters/adapter_loader.h"
-#include "adapters/adapter_registry.h"
-#include "common/errors.h"
+#include "lorakv/adapters/adapter_loader.h"
+#include "lorakv/adapters/adapter_registry.h"
+#include "lorakv/common/errors.h"
 #include "tests/support/gguf_builder.h"
 #include "tests/support/safetensors_builder.h"
 

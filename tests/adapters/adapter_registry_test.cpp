@@ -15,11 +15,11 @@
 
 #include <ATen/Parallel.h>
 
-#include "adapters/adapter_registry.h"
-#include "common/errors.h"
-#include "formats/gguf_file.h"
-#include "runtime/generator.h"
-#include "runtime/llama_model.h"
+#include "lorakv/adapters/adapter_registry.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/runtime/generator.h"
+#include "lorakv/runtime/llama_model.h"
 #include "tests/support/safetensors_builder.h"
 #include "tests/support/test_settings.h"
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <thread>
 
-#include "adapters/peft_config_rules.h"
-#include "common/errors.h"
-#include "formats/json.h"
+#include "lorakv/adapters/peft_config_rules.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/json.h"
 #include "tests/support/test_settings.h"
 
 namespace lorakv::adapters {

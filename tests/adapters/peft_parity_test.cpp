@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "adapters/adapter_registry.h"
-#include "formats/gguf_file.h"
-#include "formats/json.h"
-#include "formats/safetensors_file.h"
-#include "runtime/generator.h"
-#include "runtime/llama_model.h"
+#include "lorakv/adapters/adapter_registry.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/json.h"
+#include "lorakv/formats/safetensors_file.h"
+#include "lorakv/runtime/generator.h"
+#include "lorakv/runtime/llama_model.h"
 #include "tests/support/reference_values.h"
 #include "tests/support/test_settings.h"
 

@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "adapters/adapter_registry.h"
-#include "formats/bpe_tokenizer.h"
-#include "formats/gguf_file.h"
-#include "formats/json.h"
-#include "formats/safetensors_file.h"
-#include "formats/tokenizer_gguf.h"
-#include "runtime/engine.h"
-#include "runtime/llama_model.h"
+#include "lorakv/adapters/adapter_registry.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/json.h"
+#include "lorakv/formats/safetensors_file.h"
+#include "lorakv/formats/tokenizer_gguf.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/llama_model.h"
 #include "tests/support/reference_values.h"
 #include "tests/support/test_settings.h"
 

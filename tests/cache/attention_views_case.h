@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/attention_views.h"
+#include "lorakv/cache/attention_views.h"
 
 namespace lorakv::cache::test {
 

@@ -2,7 +2,7 @@
 // matches the plain reference over the cache's dense gathers (one token set per layer,
 // per-head lanes after compaction, forks after copy-on-write, bfloat16 pools, a layer the
 // stream does not adapt); the views alias the pools' tensors; bad input is refused.
-#include "cache/attention_views.h"
+#include "lorakv/cache/attention_views.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "attention_views_case.h"
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 namespace {

@@ -1,11 +1,11 @@
 // tests/cache/block_allocator_test.cpp: free list, reference counts, shortfalls as values.
-#include "cache/block_allocator.h"
+#include "lorakv/cache/block_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 namespace {

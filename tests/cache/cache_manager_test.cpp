@@ -1,10 +1,13 @@
 // tests/cache/cache_manager_test.cpp: the tensor-free bookkeeping: appends, copy-on-write,
 // verified prefix sharing, residual adoption, compaction, query-before-mutate, shortfalls.
-#include "cache/cache_manager.h"
+#include "lorakv/cache/cache_manager.h"
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
+
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 namespace {
@@ -224,6 +227,26 @@ TEST(CacheManager, CompactingASharedBlockCopiesItFirst) {
   EXPECT_EQ(m.allocator(0).refcount(before[1]), 1);
   // Sequence 1's blocks never changed, so its prefix stays matchable.
   EXPECT_EQ(m.match_prefix(kBase, iota_tokens(8), {}).num_tokens, 8);
+}
+
+// Positions are int32 in the lanes and the kernel's views: the append that would need
+// position 2^31 is refused with the position named, before anything changes; up to
+// 2^31 - 1 is fine.
+TEST(CacheManager, PositionPastInt32IsRefusedNotWrapped) {
+  CacheManager m(small_config());
+  const int64_t last = std::numeric_limits<int32_t>::max();
+  m.create_suffix_sequence(SeqId(1), kBase, last - 1);
+  ASSERT_TRUE(m.append(SeqId(1), {iota_tokens(2), kA, {}}));
+  EXPECT_EQ(m.sequence(SeqId(1)).lanes[0].positions.back(), last);
+  const int64_t used = m.allocator(0).num_used();
+  try {
+    m.append(SeqId(1), {iota_tokens(1), kA, {}});
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("position 2147483648"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(m.sequence(SeqId(1)).tokens.size(), 2u);
+  EXPECT_EQ(m.allocator(0).num_used(), used);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 
 #include <random>
 
-#include "cache/paged_kv_cache.h"
+#include "lorakv/cache/paged_kv_cache.h"
 
 namespace lorakv::cache {
 namespace {

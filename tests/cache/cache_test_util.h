@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cache/paged_kv_cache.h"
+#include "lorakv/cache/paged_kv_cache.h"
 
 namespace lorakv::cache::test {
 

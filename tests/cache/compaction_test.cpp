@@ -1,12 +1,12 @@
 // tests/cache/compaction_test.cpp: plan_compaction against a direct simulation of packing.
-#include "cache/compaction.h"
+#include "lorakv/cache/compaction.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <set>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 namespace {

@@ -2,7 +2,7 @@
 // copy-on-write contents, per-head compaction with aligned residual rows (including an
 // agent that catches up after eviction), measured bytes against a closed form, and bad
 // shapes and indices at the write/gather entry points as InvalidArgumentError.
-#include "cache/paged_kv_cache.h"
+#include "lorakv/cache/paged_kv_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "cache_test_util.h"
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
 namespace {

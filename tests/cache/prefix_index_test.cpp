@@ -1,5 +1,5 @@
 // tests/cache/prefix_index_test.cpp: exact keys, writer filters, chaining, cascading erase.
-#include "cache/prefix_index.h"
+#include "lorakv/cache/prefix_index.h"
 
 #include <gtest/gtest.h>
 

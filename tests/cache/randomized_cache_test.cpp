@@ -14,9 +14,9 @@
 #include <random>
 #include <set>
 
-#include "cache/paged_kv_cache.h"
+#include "lorakv/cache/paged_kv_cache.h"
 #include "cache_test_util.h"
-#include "common/sha256.h"
+#include "lorakv/common/sha256.h"
 
 namespace lorakv::cache {
 namespace {

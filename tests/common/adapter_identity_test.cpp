@@ -1,6 +1,6 @@
 // tests/common/adapter_identity_test.cpp: the base-model value, hex printing and parsing,
 // ordering and std::hash of AdapterIdentity.
-#include "common/adapter_identity.h"
+#include "lorakv/common/adapter_identity.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // (the LORAKV_CPU_PATH override, its refusals, never above what the CPU and OS support),
 // the variable read from the environment, and detection cross-checked with the kernel's
 // own reading of this machine (/proc/cpuinfo).
-#include "common/cpu_features.h"
+#include "lorakv/common/cpu_features.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cpu {
 namespace {

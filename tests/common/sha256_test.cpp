@@ -1,12 +1,12 @@
 // tests/common/sha256_test.cpp: SHA-256 against the FIPS 180-2 known answers, streaming
 // against one-shot, and the typed updates' fixed encoding.
-#include "common/sha256.h"
+#include "lorakv/common/sha256.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "common/errors.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv {
 namespace {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
-#include "formats/chat_template.h"
-#include "formats/gguf_file.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/chat_template.h"
+#include "lorakv/formats/gguf_file.h"
 #include "tests/support/test_settings.h"
 
 namespace lorakv::formats {

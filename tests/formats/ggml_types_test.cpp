@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "formats/ggml_types.h"
+#include "lorakv/formats/ggml_types.h"
 
 namespace lorakv::formats {
 namespace {

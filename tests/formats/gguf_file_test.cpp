@@ -12,8 +12,8 @@
 
 #include "tests/support/fuzz_corpus.h"
 #include "tests/support/test_settings.h"
-#include "common/errors.h"
-#include "formats/gguf_file.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/gguf_file.h"
 #include "tests/support/gguf_builder.h"
 
 namespace lorakv::formats {

@@ -11,8 +11,8 @@
 #include <limits>
 #include <string>
 
-#include "common/errors.h"
-#include "formats/json.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/json.h"
 #include "tests/support/fuzz_corpus.h"
 #include "tests/support/gguf_builder.h"
 #include "tests/support/test_settings.h"

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
-#include "formats/safetensors_file.h"
-#include "formats/safetensors_index.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/safetensors_file.h"
+#include "lorakv/formats/safetensors_index.h"
 #include "tests/support/gguf_builder.h"
 #include "tests/support/safetensors_builder.h"
 #include "tests/support/test_settings.h"

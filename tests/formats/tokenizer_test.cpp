@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "tests/support/test_settings.h"
-#include "common/errors.h"
-#include "formats/bpe_tokenizer.h"
-#include "formats/gguf_file.h"
-#include "formats/tokenizer_gguf.h"
-#include "formats/unicode.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/tokenizer_gguf.h"
+#include "lorakv/formats/unicode.h"
 
 namespace lorakv::formats {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/pre_tokenizer.h"
-#include "formats/unicode.h"
+#include "lorakv/formats/pre_tokenizer.h"
+#include "lorakv/formats/unicode.h"
 
 namespace lorakv::formats {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/lora_attention.h"
+#include "lorakv/kernels/lora_attention.h"
 #include "tests/reference/lora_attention_reference.h"
 
 namespace lorakv::testing {

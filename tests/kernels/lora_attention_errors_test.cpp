@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
-#include "kernels/lora_attention.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/lora_attention.h"
 #include "tests/kernels/lora_attention_case.h"
 
 namespace lorakv::testing {

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "common/cpu_features.h"
-#include "common/errors.h"
-#include "kernels/lora_attention.h"
+#include "lorakv/common/cpu_features.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/lora_attention.h"
 #include "tests/kernels/lora_attention_case.h"
 
 namespace lorakv::testing {

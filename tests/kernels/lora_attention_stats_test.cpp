@@ -4,7 +4,7 @@
 // grow with the agents; the attention-mass second pass is counted apart.
 #include <gtest/gtest.h>
 
-#include "kernels/lora_attention.h"
+#include "lorakv/kernels/lora_attention.h"
 #include "tests/kernels/lora_attention_case.h"
 
 namespace lorakv::testing {

@@ -10,8 +10,8 @@
 
 #include <iostream>
 
-#include "kernels/lora_attention.h"
-#include "kernels/rope.h"
+#include "lorakv/kernels/lora_attention.h"
+#include "lorakv/kernels/rope.h"
 #include "tests/kernels/lora_attention_case.h"
 #include "tests/reference/lora_attention_reference.h"
 

@@ -3,9 +3,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "common/errors.h"
-#include "kernels/attention.h"
-#include "kernels/rope.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/attention.h"
+#include "lorakv/kernels/rope.h"
 
 namespace lorakv::kernels {
 namespace {

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "common/cpu_features.h"
-#include "common/errors.h"
-#include "kernels/cpu/quant_gemv.h"
-#include "kernels/quant_matrix.h"
+#include "lorakv/common/cpu_features.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/cpu/quant_gemv.h"
+#include "lorakv/kernels/quant_matrix.h"
 
 namespace lorakv::kernels {
 

@@ -19,9 +19,9 @@
 #include <map>
 #include <vector>
 
-#include "adapters/adapter.h"
-#include "runtime/llama_model.h"
-#include "runtime/sharing_mode.h"
+#include "lorakv/adapters/adapter.h"
+#include "lorakv/runtime/llama_model.h"
+#include "lorakv/runtime/sharing_mode.h"
 
 namespace lorakv::reference {
 

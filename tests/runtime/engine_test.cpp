@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "adapters/adapter_registry.h"
-#include "common/errors.h"
-#include "formats/bpe_tokenizer.h"
-#include "formats/gguf_file.h"
-#include "formats/tokenizer_gguf.h"
-#include "runtime/engine.h"
-#include "runtime/llama_model.h"
+#include "lorakv/adapters/adapter_registry.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/tokenizer_gguf.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/llama_model.h"
 #include "tests/reference/sharing_reference.h"
 #include "tests/support/reference_values.h"
 #include "tests/support/test_settings.h"
@@ -431,6 +431,49 @@ TEST_F(EngineTest, FullPoolIsReportedNotCorrupted) {
   const StepResult r = engine.step({w});
   EXPECT_FALSE(r.ok);
   EXPECT_FALSE(r.capacity.ok);
+  ASSERT_EQ(r.admissions.size(), 1u);
+  EXPECT_FALSE(r.admissions[0].admitted);
+  EXPECT_NE(r.admissions[0].reason.find("base pool"), std::string::npos) << r.admissions[0].reason;
+  // The refused work left no trace: no sequence created, no residual stream attached, no
+  // block in use, nothing indexed; the work is still pending.
+  EXPECT_TRUE(engine.cache().manager().sequences().empty());
+  EXPECT_EQ(engine.cache().stats().bytes_in_use, 0);
+  EXPECT_EQ(engine.cache().manager().index().num_entries(), 0);
+  EXPECT_EQ(engine.pending_tokens({ctx, 0}), static_cast<int64_t>(engine.context_tokens(ctx).size()));
+  // And the engine still works: a chunk that fits runs.
+  w.max_tokens = 16;
+  EXPECT_TRUE(engine.step({w}).ok);
+}
+
+// all_logits is per work item: in one step, the item that asks gets a row per processed
+// token and the other its last token's row only, each equal to what it gets when run alone
+// (the LM head runs on the rows asked for, not on every row of the step).
+TEST_F(EngineTest, AllLogitsIsPerWorkItem) {
+  const std::vector<int32_t> a_text = encode("The planner reads the task and writes a plan.");
+  const std::vector<int32_t> b_text = encode("The actor reads the plan and calls a tool.");
+  auto run = [&](bool with_a, bool with_b) {
+    Engine engine(*model_);
+    const ContextId a = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {adapter("all_linear.planner")});
+    const ContextId b = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {adapter("all_linear.actor")});
+    engine.append(a, a_text);
+    engine.append(b, b_text);
+    StepWork wa, wb;
+    wa.reader = {a, 0};
+    wa.all_logits = true;
+    wb.reader = {b, 0};
+    std::vector<StepWork> work;
+    if (with_a) work.push_back(wa);
+    if (with_b) work.push_back(wb);
+    StepResult r = engine.step(work);
+    EXPECT_TRUE(r.ok);
+    return r.outputs;
+  };
+  const std::vector<StepOutput> both = run(true, true), a_alone = run(true, false), b_alone = run(false, true);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0].logits.size(0), static_cast<int64_t>(a_text.size()));
+  EXPECT_EQ(both[1].logits.size(0), 1);
+  EXPECT_LT(max_diff(both[0].logits, a_alone[0].logits), kTolerance);
+  EXPECT_LT(max_diff(both[1].logits, b_alone[0].logits), kTolerance);
 }
 
 // The bytes the pools report agree with the closed form for the layout: whole blocks of

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "formats/bpe_tokenizer.h"
-#include "runtime/generator.h"
-#include "runtime/loaded_model.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/runtime/generator.h"
+#include "lorakv/runtime/loaded_model.h"
 #include "tests/support/test_settings.h"
 
 namespace lorakv::runtime {

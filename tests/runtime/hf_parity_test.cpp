@@ -28,9 +28,9 @@
 
 #include "tests/support/reference_values.h"
 #include "tests/support/test_settings.h"
-#include "formats/gguf_file.h"
-#include "runtime/generator.h"
-#include "runtime/llama_model.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/runtime/generator.h"
+#include "lorakv/runtime/llama_model.h"
 
 namespace lorakv::runtime {
 namespace {

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
-#include "kernels/attention.h"
-#include "kernels/lora.h"
-#include "kernels/rope.h"
-#include "runtime/kv_cache.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/kernels/attention.h"
+#include "lorakv/kernels/lora.h"
+#include "lorakv/kernels/rope.h"
+#include "lorakv/runtime/kv_cache.h"
 #include "tests/reference/attention_reference.h"
 
 namespace lorakv {

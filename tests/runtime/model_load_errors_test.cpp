@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "common/errors.h"
-#include "formats/gguf_file.h"
-#include "runtime/llama_model.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/runtime/llama_model.h"
 #include "tests/support/gguf_builder.h"
 
 namespace lorakv::runtime {

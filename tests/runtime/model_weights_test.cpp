@@ -7,11 +7,11 @@
 #include <cstring>
 #include <random>
 
-#include "formats/ggml_types.h"
-#include "formats/gguf_file.h"
-#include "runtime/llama_model.h"
-#include "runtime/model_config.h"
-#include "runtime/model_weights.h"
+#include "lorakv/formats/ggml_types.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/runtime/llama_model.h"
+#include "lorakv/runtime/model_config.h"
+#include "lorakv/runtime/model_weights.h"
 #include "tests/support/test_settings.h"
 
 namespace lorakv::runtime {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
-#include "runtime/sampler.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/runtime/sampler.h"
 
 namespace lorakv::runtime {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
-#include "runtime/stop_strings.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/runtime/stop_strings.h"
 
 namespace lorakv::runtime {
 namespace {

@@ -1,0 +1,162 @@
+// cli/bench/bench_command.cpp: `lorakv bench memory`: flags, the machine line, the three parts
+// (cli/bench/bench_memory_grid.cpp, bench_fidelity.cpp, bench_latency.cpp) and the plot.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+
+#include "lorakv/cli/bench/bench_memory.h"
+#include "lorakv/cli/cli_args.h"
+#include "lorakv/cli/commands.h"
+#include "lorakv/common/cpu_features.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/subprocess.h"
+
+namespace lorakv::cli {
+
+namespace {
+
+const char* kHelp = R"(usage: lorakv bench memory [flags]
+
+N agents (LoRA adapters) on one shared trajectory of real text, in every sharing mode
+(full, full_shared, base_shared, base_lr_shared): KV bytes measured from the cache's pools
+next to the closed form and the ratio against N full caches; teacher-forced fidelity
+against full (per-token KL, top-1 agreement) with the trained role adapters; time to first
+token of a joining agent and aggregate decode of 8 agents, as ratios against full.
+Writes memory.csv, fidelity.csv, latency.csv and memory.png under --out. Run it with
+nothing else on the machine: the timings are ratios measured in one run.
+
+flags:
+  --model FILE        GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
+  --assets DIR        role adapters and held-out trajectories (default assets)
+  --out DIR           where the CSVs and the PNG go (default bench_results/memory)
+  --quick             the default: N in 1 2 4 8 16 at T = 512, fidelity on 4 short
+                      contexts (both adapter sets) and 1 long one (the shared-A set),
+                      decode on a 2048-token context (about 8 minutes on 2 cores)
+  --full              the whole grid: T in 512 2048 8192, 12 short and 3 long fidelity
+                      contexts for both sets, decode on 2048 and 4096 tokens (about an
+                      hour on 2 cores)
+  --parts LIST        comma-separated subset of memory,fidelity,latency (default all)
+  --lengths LIST      context lengths T of the memory grid, e.g. 512,2048 (overrides the grid's)
+  --agents LIST       agent counts N of the memory grid, e.g. 1,8,16
+  --decode-lengths LIST  context lengths of the 8-agent decode, e.g. 2048,4096
+  --repetitions N     timed repetitions per mode (default 3)
+  --python FILE       Python with matplotlib for the PNG (default .venv-bench/bin/python,
+                      else .venv/bin/python, else python3)
+)";
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::string default_python() {
+  for (const char* p : {".venv-bench/bin/python", ".venv/bin/python"}) {
+    if (std::filesystem::exists(p)) return p;
+  }
+  return "python3";
+}
+
+void plot(const MemoryBenchOptions& o, std::ostream& out) {
+  if (o.python.empty()) return;
+  const std::string script = o.assets_dir + "/../tools/plot_memory_bench.py";
+  const std::vector<std::string> cmd = {o.python, script, "--dir", o.out_dir};
+  int rc = -1;
+  try {
+    rc = run_process(cmd).exit_code;
+  } catch (const Error& e) {
+    out << e.what() << "\n";
+  }
+  if (rc == 0) {
+    out << "wrote " << o.out_dir << "/memory.png\n";
+  } else {
+    out << "memory.png not written: " << describe_command(cmd) << " failed (matplotlib missing? pass --python)\n";
+  }
+}
+
+}  // namespace
+
+int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  (void)err;
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    out << kHelp;
+    return args.empty() ? 1 : 0;
+  }
+  if (args[0] != "memory") {
+    throw ConfigError("unknown benchmark", {"", args[0], "memory", args[0], "run 'lorakv bench --help'"});
+  }
+  const CliArgs a(std::vector<std::string>(args.begin() + 1, args.end()),
+                  {"--model", "--assets", "--out", "--parts", "--repetitions", "--python", "--lengths", "--agents",
+                   "--decode-lengths"},
+                  {"--quick", "--full", "--help"}, "bench memory");
+  if (a.has("--help")) {
+    out << kHelp;
+    return 0;
+  }
+  if (a.has("--quick") && a.has("--full")) throw ConfigError("--quick and --full exclude each other", {"", "--full", "", "", ""});
+  MemoryBenchOptions o;
+  o.model_path = a.get("--model").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  o.assets_dir = a.get("--assets").value_or("assets");
+  o.out_dir = a.get("--out").value_or("bench_results/memory");
+  o.python = a.get("--python").value_or(default_python());
+  o.full_grid = a.has("--full");
+  o.repetitions = a.get_int("--repetitions", 3, 1, 100);
+  o.agents = {1, 2, 4, 8, 16};
+  o.lengths = o.full_grid ? std::vector<int64_t>{512, 2048, 8192} : std::vector<int64_t>{512};
+  o.fidelity_trajectories = o.full_grid ? 12 : 4;
+  o.decode_lengths = o.full_grid ? std::vector<int64_t>{2048, 4096} : std::vector<int64_t>{2048};
+  auto int_list = [&](const char* flag, std::vector<int64_t>& into, int64_t max) {
+    const std::optional<std::string> text = a.get(flag);
+    if (!text) return;
+    into.clear();
+    for (const std::string& item : split(*text)) {
+      char* end = nullptr;
+      const long long v = std::strtoll(item.c_str(), &end, 10);
+      if (end == item.c_str() || *end != '\0' || v < 1 || v > max) {
+        throw ConfigError("bad list entry", {"", flag, "integers in 1.." + std::to_string(max) + ", comma-separated", item, ""});
+      }
+      into.push_back(v);
+    }
+    if (into.empty()) throw ConfigError("empty list", {"", flag, "at least one integer", *text, ""});
+  };
+  int_list("--lengths", o.lengths, 1 << 20);
+  int_list("--agents", o.agents, 64);
+  int_list("--decode-lengths", o.decode_lengths, 1 << 20);
+  const std::vector<std::string> parts = split(a.get("--parts").value_or("memory,fidelity,latency"));
+  for (const std::string& p : parts) {
+    if (p != "memory" && p != "fidelity" && p != "latency") {
+      throw ConfigError("unknown part", {"", "--parts", "memory, fidelity or latency", p, ""});
+    }
+  }
+  std::filesystem::create_directories(o.out_dir);
+
+  const cpu::CpuFeatures& f = cpu::detected_cpu_features();
+  out << "machine: " << cpu::cpu_model_name() << ", " << at::get_num_threads() << " threads, vector path "
+      << cpu::vector_path_name(cpu::selected_vector_path()) << " (" << cpu::describe_features(f) << ")\n"
+      << "device: CPU; model " << o.model_path << " (weights as stored, activations and cache float32); "
+      << (o.full_grid ? "full grid" : "quick grid") << "\n";
+  BenchWorkload w = load_workload(o, out);
+  const runtime::ModelConfig& c = w.model().config();
+  out << "sizes: " << c.num_layers << " layers, " << c.num_kv_heads << " KV heads of " << c.head_dim
+      << ", cache blocks of 16 rows, rank-8 V residuals (qv_shared_a: A shared by every agent)\n";
+  for (const std::string& p : parts) {
+    if (p == "memory") run_memory_grid(w, o, out);
+    if (p == "fidelity") run_fidelity(w, o, out);
+    if (p == "latency") run_latency(w, o, out);
+  }
+  if (std::find(parts.begin(), parts.end(), "memory") != parts.end()) plot(o, out);  // it plots memory.csv
+  char line[96];
+  std::snprintf(line, sizeof line, "wall time %.1f s\n", bench_seconds());
+  out << line;
+  return 0;
+}
+
+}  // namespace lorakv::cli

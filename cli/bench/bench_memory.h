@@ -1,0 +1,77 @@
+// cli/bench/bench_memory.h: `lorakv bench memory`, the shared-cache benchmark: KV memory of N
+// agents on one trajectory in every sharing mode against N full caches (measured from the
+// pools, next to the closed form), the answers' cost against the exact per-agent baseline
+// (teacher-forced KL and top-1 agreement with the trained role adapters), and time to first
+// token of a joining agent and aggregate decode of 8 agents, as ratios against `full`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "lorakv/adapters/adapter_registry.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/loaded_model.h"
+
+namespace lorakv::cli {
+
+using AdapterPtr = std::shared_ptr<const adapters::Adapter>;
+
+struct BenchTurn {
+  std::string role;  // system, user, planner, actor, tool, reflector
+  std::string text;
+};
+struct BenchTrajectory {
+  std::string id;
+  std::vector<BenchTurn> turns;
+};
+
+struct MemoryBenchOptions {
+  std::string model_path;
+  std::string assets_dir;  // holds role_adapters/ and agentic_qa/
+  std::string out_dir;
+  std::string python;      // for the PNG; empty: none
+  bool full_grid = false;  // false: --quick
+  std::vector<int64_t> agents;  // N
+  std::vector<int64_t> lengths;  // T
+  int64_t fidelity_trajectories = 0;
+  std::vector<int64_t> decode_lengths;
+  int64_t repetitions = 3;
+};
+
+// The model, adapters and held-out text every part uses.
+struct BenchWorkload {
+  runtime::LoadedModel loaded;
+  std::unique_ptr<adapters::AdapterRegistry> registry;
+  std::vector<AdapterPtr> all_linear, shared_a;  // planner, actor, reflector
+  std::vector<BenchTrajectory> held_out;          // the test split
+  int32_t im_end = 0;
+
+  const runtime::LlamaModel& model() const { return *loaded.model; }
+  // The same model with dense float32 weights (loaded on first use): teacher-forced replays
+  // run many short steps, where the block form would dequantise every weight per step.
+  const runtime::LlamaModel& dense_model();
+  std::string model_path;
+  std::unique_ptr<runtime::LlamaModel> dense;
+  std::vector<int32_t> encode(const std::string& text) const { return loaded.tokenizer->encode(text); }
+  // The first `tokens` tokens of held-out trajectories rendered one after another.
+  std::vector<int32_t> real_text(int64_t tokens) const;
+  // n adapters with the shared A of the qv_shared_a set: the three trained ones, then
+  // synthetic ones whose B are Gaussian with each (layer, module)'s mean trained norm.
+  std::vector<AdapterPtr> shared_a_agents(int64_t n);
+};
+
+BenchWorkload load_workload(const MemoryBenchOptions& o, std::ostream& log);
+
+// Each part writes its CSV under o.out_dir and prints a table to `out`.
+void run_memory_grid(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out);
+void run_fidelity(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out);
+void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out);
+
+// Seconds since `start` of the benchmark (progress lines).
+double bench_seconds();
+
+}  // namespace lorakv::cli

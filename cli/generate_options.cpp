@@ -1,0 +1,171 @@
+// cli/generate_options.cpp: every check of `lorakv generate`'s flags that needs no model.
+#include "lorakv/cli/generate_options.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <set>
+
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/chat_template.h"
+#include "lorakv/runtime/loaded_model.h"
+
+namespace lorakv::cli {
+namespace {
+namespace fs = std::filesystem;
+
+const char* kHelpHint = "see 'lorakv generate --help'";
+
+// Runs a parser of another layer whose ConfigError names its own key ("dtype", "chat
+// format"), and re-throws it naming the flag the value came from.
+template <typename Parse>
+auto for_flag(const std::string& flag, Parse&& parse) {
+  try {
+    return parse();
+  } catch (const ConfigError& e) {
+    ErrorContext c = e.context();
+    c.key = flag;
+    if (c.hint.empty()) c.hint = kHelpHint;
+    throw ConfigError(e.message(), c);
+  }
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+void require_path(const std::string& flag, const std::string& path, const std::string& what, const std::string& hint) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw ConfigError("no such file or folder", {path, flag, what, "nothing there", hint});
+}
+
+// When `path` is a folder, the files in it that loading will open must be there: a missing
+// one is found now rather than after the model has loaded.
+void require_files_in_folder(const std::string& flag, const std::string& path, const std::vector<std::string>& files,
+                             const std::string& hint) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return;
+  for (const std::string& f : files) {
+    if (!fs::exists(fs::path(path) / f, ec)) {
+      throw ConfigError("a file is missing from the folder", {path, flag, f, "no " + f, hint});
+    }
+  }
+}
+
+std::vector<AdapterSpec> parse_adapters(const CliArgs& a) {
+  std::vector<AdapterSpec> specs;
+  std::set<std::string> names;
+  for (const std::string& spec : a.get_all("--adapter")) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      throw ConfigError("bad --adapter value", {"", "--adapter", "NAME=PATH", "'" + spec + "'",
+                                                "e.g. --adapter planner=assets/role_adapters/qv_shared_a/planner"});
+    }
+    AdapterSpec s{spec.substr(0, eq), spec.substr(eq + 1)};
+    if (s.name == kBaseAdapterName) {
+      throw ConfigError("the adapter name 'base' is reserved", {"", "--adapter", "another name", "'" + spec + "'",
+                                                                 "--use base means the model without an adapter"});
+    }
+    if (!names.insert(s.name).second) {
+      throw ConfigError("two adapters with one name", {"", "--adapter", "distinct names", "'" + s.name + "' twice",
+                                                       "give each --adapter its own NAME"});
+    }
+    require_path("--adapter", s.path, "a PEFT adapter folder or a GGUF LoRA file for '" + s.name + "'",
+                 "check the path after '" + s.name + "='");
+    require_files_in_folder("--adapter", s.path, {"adapter_config.json", "adapter_model.safetensors"},
+                            "a PEFT adapter folder holds both (PEFT's save_pretrained writes them)");
+    specs.push_back(std::move(s));
+  }
+  return specs;
+}
+
+// --use once (every prompt) or once per prompt, each naming a given adapter or "base".
+std::vector<std::string> parse_uses(const CliArgs& a, size_t num_prompts, const std::vector<AdapterSpec>& adapters) {
+  std::vector<std::string> uses = a.get_all("--use");
+  if (uses.size() > 1 && uses.size() != num_prompts) {
+    throw ConfigError("--use must be given once or once per --prompt",
+                      {"", "--use", "1 or " + std::to_string(num_prompts) + " values (one per --prompt)",
+                       std::to_string(uses.size()) + " values", kHelpHint});
+  }
+  std::vector<std::string> known = {kBaseAdapterName};
+  for (const AdapterSpec& s : adapters) known.push_back(s.name);
+  for (const std::string& use : uses) {
+    if (std::find(known.begin(), known.end(), use) != known.end()) continue;
+    throw ConfigError("--use names no adapter", {"", "--use", "one of: " + joined(known), "'" + use + "'",
+                                                 "load it with --adapter " + use + "=PATH"});
+  }
+  if (uses.size() == 1) uses.assign(num_prompts, uses[0]);
+  return uses;
+}
+
+runtime::SamplingOptions parse_sampling(const CliArgs& a) {
+  runtime::SamplingOptions s;
+  s.temperature = a.get_double("--temperature", 0.0, 0.0, 100.0);
+  s.top_k = a.get_int("--top-k", 0, 0, 1 << 30);
+  s.top_p = a.get_double("--top-p", 1.0, 1e-6, 1.0);
+  s.repetition_penalty = a.get_double("--repetition-penalty", 1.0, 1e-3, 100.0);
+  s.seed = static_cast<uint64_t>(a.get_int("--seed", 0, 0, INT64_MAX));
+  return s;
+}
+
+std::vector<std::string> parse_stops(const CliArgs& a) {
+  std::vector<std::string> stops = a.get_all("--stop");
+  for (const std::string& s : stops) {
+    if (s.empty()) throw ConfigError("empty stop string", {"", "--stop", "a non-empty string", "\"\"", kHelpHint});
+  }
+  return stops;
+}
+
+}  // namespace
+
+const std::set<std::string>& generate_value_flags() {
+  static const std::set<std::string> flags = {
+      "--model", "--prompt", "--max-tokens", "--temperature", "--top-k",   "--top-p",   "--repetition-penalty",
+      "--seed",  "--stop",   "--dtype", "--weights",      "--log-level",   "--adapter", "--use",     "--chat-format"};
+  return flags;
+}
+
+const std::set<std::string>& generate_bool_flags() {
+  static const std::set<std::string> flags = {"--chat", "--logprobs", "--memory", "--help"};
+  return flags;
+}
+
+GenerateOptions parse_generate_options(const CliArgs& a) {
+  GenerateOptions o;
+  if (!a.positional().empty()) {
+    throw ConfigError("unexpected argument", {"", a.positional().front(), "flags only", "", kHelpHint});
+  }
+  if (auto level = a.get("--log-level")) o.log_level = log::parse_level(*level);
+  o.model_path = a.require("--model");
+  require_path("--model", o.model_path, "a GGUF file or a Hugging Face checkpoint folder",
+               "e.g. --model models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  // generate needs a tokenizer; a checkpoint folder keeps it in tokenizer.json (weights and
+  // config.json are the loader's to check, with their own messages).
+  require_files_in_folder("--model", o.model_path, {"tokenizer.json"},
+                          "generate needs the checkpoint's tokenizer.json beside config.json");
+  o.prompts = a.get_all("--prompt");
+  if (o.prompts.empty()) a.require("--prompt");  // throws naming the flag
+  for (const std::string& p : o.prompts) {
+    if (p.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "\"\"", ""});
+  }
+  o.adapters = parse_adapters(a);
+  o.uses = parse_uses(a, o.prompts.size(), o.adapters);
+  o.chat = a.has("--chat");
+  if (auto format = a.get("--chat-format")) {
+    if (!o.chat) throw ConfigError("--chat-format needs --chat", {"", "--chat-format", "--chat as well", "", "add --chat"});
+    for_flag("--chat-format", [&] { return formats::ChatTemplate::by_name(*format); });
+    o.chat_format = *format;
+  }
+  o.dtype = for_flag("--dtype", [&] { return runtime::parse_model_dtype(a.get("--dtype").value_or("float32")); });
+  o.weights = for_flag("--weights", [&] { return runtime::parse_weight_form(a.get("--weights").value_or("native")); });
+  o.request.max_new_tokens = a.get_int("--max-tokens", 128, 1, 100000);
+  o.request.sampling = parse_sampling(a);
+  o.request.stop_strings = parse_stops(a);
+  o.request.logprobs = a.has("--logprobs");
+  o.print_memory = a.has("--memory");
+  return o;
+}
+
+}  // namespace lorakv::cli

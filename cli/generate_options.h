@@ -1,0 +1,49 @@
+// cli/generate_options.h: `lorakv generate`'s flags, parsed and checked as a whole before
+// anything is loaded: every value, range and cross-reference (--use names against the
+// --adapter names, --chat-format against --chat, paths that must exist). A mistake costs
+// the user a message naming the flag, not a model load first.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lorakv/cli/cli_args.h"
+#include "lorakv/common/logging.h"
+#include "lorakv/runtime/generator.h"
+
+namespace lorakv::cli {
+
+// The name --use takes for "no adapter"; an adapter may not be called that.
+inline constexpr const char* kBaseAdapterName = "base";
+
+struct AdapterSpec {
+  std::string name;
+  std::string path;  // exists (a PEFT directory or a GGUF file; its content is checked at load)
+};
+
+struct GenerateOptions {
+  std::string model_path;                      // exists
+  std::vector<std::string> prompts;            // at least one, none empty
+  std::vector<std::string> uses;               // one per prompt ("base" or an adapter name), or empty: all base
+  std::vector<AdapterSpec> adapters;           // distinct names, in the order given
+  runtime::GenerationRequest request;          // everything but the prompt and the stop token ids
+  at::ScalarType dtype = at::kFloat;
+  runtime::WeightForm weights = runtime::WeightForm::kNative;  // --weights
+  bool chat = false;
+  bool print_memory = false;  // --memory
+  std::optional<std::string> chat_format;      // a known format name; only with chat
+  std::optional<log::Level> log_level;
+};
+
+// Parses and checks every flag of `lorakv generate` (not --help). Reads nothing but whether
+// the named paths exist. Throws ConfigError naming the flag, the value and a hint.
+GenerateOptions parse_generate_options(const CliArgs& args);
+
+// The flags `lorakv generate` takes.
+const std::set<std::string>& generate_value_flags();
+const std::set<std::string>& generate_bool_flags();
+
+}  // namespace lorakv::cli

@@ -1,0 +1,362 @@
+// cli/inspect_command.cpp: `lorakv inspect`: what a GGUF file or a Hugging Face
+// checkpoint folder holds (architecture, sizes, tokenizer, tensors), without loading weights.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lorakv/cli/cli_args.h"
+#include "lorakv/cli/commands.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/shape_string.h"
+#include "lorakv/formats/chat_template.h"
+#include "lorakv/formats/ggml_types.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/json.h"
+#include "lorakv/formats/safetensors_file.h"
+#include "lorakv/formats/safetensors_index.h"
+#include "lorakv/runtime/hf_checkpoint.h"
+#include "lorakv/runtime/model_config.h"
+
+namespace lorakv::cli {
+namespace {
+namespace fs = std::filesystem;
+
+const char* kInspectHelp = R"(usage: lorakv inspect FILE_OR_DIR [flags]
+
+Describes a model without loading its weights: for a GGUF file, the architecture and sizes
+(validated as lorakv would load them), parameter count, file size, tokenizer facts, the
+chat format, and every tensor (name, type, shape in PyTorch order, bytes). For a Hugging
+Face checkpoint folder (config.json with model.safetensors or model.safetensors.index.json),
+the config keys, the sizes lorakv reads from them, and the tensor table.
+
+flags:
+  --metadata    also print every GGUF metadata key with its type and value (long arrays
+                and strings abbreviated); for a checkpoint, the safetensors metadata
+  --help        this text
+)";
+
+constexpr size_t kMaxArrayItems = 8;     // array elements shown by --metadata
+constexpr size_t kMaxStringBytes = 100;  // string bytes shown before "..."
+
+// "1,234,567"
+std::string grouped(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// "93.5 MiB (98,038,528 bytes)"
+std::string bytes_text(uint64_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB (%s bytes)", static_cast<double>(n) / (1 << 20), grouped(n).c_str());
+  return buf;
+}
+
+// A quoted, escaped, possibly shortened string for one output line.
+std::string quoted(const std::string& s, size_t max_bytes = kMaxStringBytes) {
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size() && i < max_bytes; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '"' || c == '\\') out += std::string("\\") + static_cast<char>(c);
+    else if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += "\"";
+  if (s.size() > max_bytes) out += "... (" + grouped(s.size()) + " bytes)";
+  return out;
+}
+
+std::string value_text(const formats::GgufValue& v) {
+  using formats::GgufType;
+  char buf[64];
+  switch (v.type) {
+    case GgufType::kUint8: case GgufType::kUint16: case GgufType::kUint32: case GgufType::kUint64:
+      return std::to_string(v.u);
+    case GgufType::kInt8: case GgufType::kInt16: case GgufType::kInt32: case GgufType::kInt64:
+      return std::to_string(v.i);
+    case GgufType::kFloat32: case GgufType::kFloat64:
+      std::snprintf(buf, sizeof buf, "%.9g", v.f);
+      return buf;
+    case GgufType::kBool: return v.b ? "true" : "false";
+    case GgufType::kString: return quoted(v.s);
+    case GgufType::kArray: {
+      std::string out = "[";
+      for (size_t i = 0; i < v.array.size() && i < kMaxArrayItems; ++i) {
+        out += (i ? ", " : "") + value_text(v.array[i]);
+      }
+      if (v.array.size() > kMaxArrayItems) out += ", ... (" + grouped(v.array.size()) + " items)";
+      return out + "]";
+    }
+  }
+  return "?";
+}
+
+void row(std::ostream& out, const std::string& label, const std::string& value) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "  %-18s ", label.c_str());
+  out << buf << value << "\n";
+}
+
+void print_config(std::ostream& out, const runtime::ModelConfig& c) {
+  char buf[64];
+  row(out, "architecture", c.architecture);
+  row(out, "name", c.name.empty() ? "(none)" : c.name);
+  row(out, "layers", std::to_string(c.num_layers));
+  row(out, "hidden", std::to_string(c.hidden_dim));
+  row(out, "heads / KV heads", std::to_string(c.num_heads) + " / " + std::to_string(c.num_kv_heads));
+  row(out, "head dim", std::to_string(c.head_dim));
+  row(out, "intermediate", std::to_string(c.intermediate_dim));
+  row(out, "vocab", std::to_string(c.vocab_size));
+  row(out, "context length", std::to_string(c.context_length));
+  std::snprintf(buf, sizeof buf, "%g", c.rope_theta);
+  std::string rope = buf;
+  if (c.rope_scaling.type != "default") {
+    std::snprintf(buf, sizeof buf, " (%s scaling, factor %g)", c.rope_scaling.type.c_str(), c.rope_scaling.factor);
+    rope += buf;
+  }
+  row(out, "rope theta", rope);
+  std::snprintf(buf, sizeof buf, "%g", c.rms_norm_eps);
+  row(out, "rms eps", buf);
+  row(out, "tied embeddings", c.tied_embeddings ? "yes" : "no");
+  if (c.attention_bias) row(out, "attention bias", "yes");
+  if (c.sliding_window > 0) row(out, "sliding window", std::to_string(c.sliding_window));
+}
+
+// The config as lorakv would load it, or why it cannot.
+void print_model(std::ostream& out, const std::function<runtime::ModelConfig()>& read) {
+  out << "model:\n";
+  try {
+    print_config(out, read());
+  } catch (const Error& e) {
+    row(out, "not runnable", e.what());
+  }
+}
+
+struct TensorRow {
+  std::string name, type;
+  std::vector<int64_t> shape;
+  int64_t num_elements = 0, num_bytes = 0;
+};
+
+void print_tensors(std::ostream& out, const std::vector<TensorRow>& rows) {
+  size_t width = 4;
+  int64_t params = 0, bytes = 0;
+  for (const TensorRow& r : rows) {
+    width = std::max(width, r.name.size());
+    params += r.num_elements;
+    bytes += r.num_bytes;
+  }
+  row(out, "parameters", grouped(static_cast<uint64_t>(params)));
+  row(out, "tensor bytes", bytes_text(static_cast<uint64_t>(bytes)));
+  out << "tensors (" << rows.size() << "):\n";
+  const int w = static_cast<int>(width);
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "  %-*s  %-6s  %-16s  %s\n", w, "name", "type", "shape", "bytes");
+  out << buf;
+  for (const TensorRow& r : rows) {
+    std::snprintf(buf, sizeof buf, "  %-*s  %-6s  %-16s  %s\n", w, r.name.c_str(), r.type.c_str(),
+                  shape_string(r.shape).c_str(), grouped(static_cast<uint64_t>(r.num_bytes)).c_str());
+    out << buf;
+  }
+}
+
+// "2 \"<|im_end|>\"", or "(none)".
+std::string token_text(const formats::GgufFile& f, const char* key) {
+  const std::optional<int64_t> id = f.find_int(key);
+  if (!id) return "(none)";
+  const formats::GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+  std::string out = std::to_string(*id);
+  if (tokens && tokens->type == formats::GgufType::kArray && *id >= 0 &&
+      static_cast<size_t>(*id) < tokens->array.size()) {
+    out += " " + quoted(tokens->array[static_cast<size_t>(*id)].s);
+  }
+  return out;
+}
+
+std::string array_size(const formats::GgufFile& f, const char* key) {
+  const formats::GgufValue* v = f.find(key);
+  return v && v->type == formats::GgufType::kArray ? grouped(v->array.size()) : "(none)";
+}
+
+std::string chat_format(const std::string& jinja) {
+  if (jinja.empty()) return "none (no chat template)";
+  try {
+    const formats::ChatTemplate t = formats::ChatTemplate::from_jinja(jinja);
+    std::string out = t.name();
+    if (!t.default_system().empty()) out += " (default system prompt " + quoted(t.default_system(), 80) + ")";
+    return out;
+  } catch (const ConfigError&) {
+    return "unknown";
+  }
+}
+
+int inspect_gguf(const std::string& path, bool metadata, std::ostream& out) {
+  const std::unique_ptr<formats::GgufFile> f = formats::GgufFile::open(path);
+  out << "file: " << path << "\n";
+  row(out, "format", "GGUF v" + std::to_string(f->version()) + ", " + std::to_string(f->metadata().size()) +
+                         " metadata keys, alignment " + std::to_string(f->alignment()));
+  row(out, "file size", bytes_text(f->file_size()));
+  print_model(out, [&] { return runtime::read_model_config(*f); });
+
+  out << "tokenizer:\n";
+  row(out, "model", f->find_string("tokenizer.ggml.model").value_or("(none)"));
+  row(out, "pre", f->find_string("tokenizer.ggml.pre").value_or("(none)"));
+  row(out, "vocab size", array_size(*f, "tokenizer.ggml.tokens"));
+  row(out, "merges", array_size(*f, "tokenizer.ggml.merges"));
+  row(out, "bos", token_text(*f, "tokenizer.ggml.bos_token_id"));
+  row(out, "eos", token_text(*f, "tokenizer.ggml.eos_token_id"));
+  row(out, "pad", token_text(*f, "tokenizer.ggml.padding_token_id"));
+  const std::optional<bool> add_bos = f->find_bool("tokenizer.ggml.add_bos_token");
+  row(out, "add bos", add_bos ? (*add_bos ? "yes" : "no") : "(not set: no)");
+  row(out, "chat format", chat_format(f->find_string("tokenizer.chat_template").value_or("")));
+
+  if (metadata) {
+    out << "metadata (" << f->metadata().size() << " keys):\n";
+    for (const auto& [key, value] : f->metadata()) {
+      out << "  " << key << " (" << value.describe() << ") = " << value_text(value) << "\n";
+    }
+  }
+
+  out << "weights:\n";
+  std::vector<TensorRow> rows;
+  for (const formats::GgufTensorInfo& t : f->tensors()) {
+    rows.push_back({t.name, formats::ggml_type_name(t.type_id), t.torch_shape(), t.num_elements, t.num_bytes});
+  }
+  print_tensors(out, rows);
+  return 0;
+}
+
+// A special token in tokenizer_config.json: a string, or an object with "content".
+std::string special_token(const formats::JsonValue& config, const char* key) {
+  const formats::JsonValue* v = config.find(key);
+  if (v == nullptr || v->is_null()) return "(none)";
+  if (v->is_string()) return quoted(v->as_string());
+  if (v->is_object() && v->find_string("content")) return quoted(*v->find_string("content"));
+  return v->to_string();
+}
+
+void print_hf_tokenizer(std::ostream& out, const std::string& dir) {
+  const fs::path tok_config = fs::path(dir) / "tokenizer_config.json";
+  const fs::path jinja = fs::path(dir) / "chat_template.jinja";
+  out << "tokenizer:\n";
+  row(out, "tokenizer.json", fs::exists(fs::path(dir) / "tokenizer.json") ? "present" : "missing");
+  std::string chat_template;
+  if (fs::exists(tok_config)) {
+    formats::JsonParseOptions options;
+    options.source = tok_config.string();
+    const formats::JsonValue c = formats::parse_json_file(tok_config.string(), options);
+    if (c.is_object()) {
+      row(out, "bos", special_token(c, "bos_token"));
+      row(out, "eos", special_token(c, "eos_token"));
+      row(out, "pad", special_token(c, "pad_token"));
+      chat_template = c.find_string("chat_template").value_or("");
+    }
+  }
+  if (fs::exists(jinja)) {
+    std::ifstream f(jinja, std::ios::binary);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    chat_template = ss.str();
+  }
+  row(out, "chat format", chat_format(chat_template));
+}
+
+int inspect_hf(const std::string& dir, bool metadata, std::ostream& out) {
+  const fs::path config_path = fs::path(dir) / "config.json";
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (!fs::exists(config_path)) {
+    throw ModelLoadError("not a Hugging Face checkpoint: config.json is missing",
+                         {dir, "config.json", "a config.json beside the weights", "a folder without one",
+                          "pass a GGUF file, or a folder as saved by save_pretrained()"});
+  }
+  if (!fs::exists(index) && !fs::exists(single)) {
+    throw ModelLoadError("no weights in the checkpoint",
+                         {dir, "model.safetensors", "model.safetensors or model.safetensors.index.json", "neither",
+                          "download the safetensors weights too"});
+  }
+  formats::JsonParseOptions options;
+  options.source = config_path.string();
+  const formats::JsonValue config = formats::parse_json_file(config_path.string(), options);
+  if (!config.is_object()) {
+    throw ModelLoadError("config.json is not a JSON object",
+                         {config_path.string(), "", "an object", config.describe(), ""});
+  }
+  out << "checkpoint: " << dir << " (Hugging Face)\n";
+  out << "config.json (" << config.size() << " keys):\n";
+  for (const auto& [key, value] : config.as_object()) {
+    std::string text = value.to_string();
+    if (text.size() > kMaxStringBytes) {
+      text = text.substr(0, kMaxStringBytes) + "... (" + grouped(text.size()) + " bytes)";
+    }
+    row(out, key, text);
+  }
+  print_model(out, [&] { return runtime::read_hf_config(dir); });
+  print_hf_tokenizer(out, dir);
+
+  out << "weights:\n";
+  std::vector<TensorRow> rows;
+  uint64_t file_bytes = 0;
+  auto add = [&](const formats::SafetensorsTensorInfo& t) {
+    rows.push_back({t.name, t.dtype_name(), t.shape, t.num_elements, t.num_bytes});
+  };
+  if (fs::exists(index)) {
+    const std::unique_ptr<formats::SafetensorsIndex> idx = formats::SafetensorsIndex::open(index.string());
+    for (const auto& shard : idx->shards()) file_bytes += shard->file_size();
+    for (const std::string& name : idx->tensor_names()) add(idx->tensor(name));
+    row(out, "files", "model.safetensors.index.json, " + std::to_string(idx->shards().size()) + " shards, " +
+                          bytes_text(file_bytes));
+    if (metadata) row(out, "index metadata", idx->metadata().to_string());
+  } else {
+    const std::unique_ptr<formats::SafetensorsFile> file = formats::SafetensorsFile::open(single.string());
+    for (const auto& t : file->tensors()) add(t);
+    row(out, "files", "model.safetensors, " + bytes_text(file->file_size()));
+    if (metadata) {
+      for (const auto& [key, value] : file->metadata()) row(out, "metadata " + key, quoted(value));
+    }
+  }
+  print_tensors(out, rows);
+  return 0;
+}
+
+}  // namespace
+
+int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CliArgs a(args, {}, {"--metadata", "--help"}, "inspect");
+  if (a.has("--help")) {
+    out << kInspectHelp;
+    return 0;
+  }
+  if (a.positional().size() != 1) {
+    throw ConfigError("inspect takes one path", {"", "FILE_OR_DIR", "one GGUF file or checkpoint folder",
+                                                 std::to_string(a.positional().size()) + " paths",
+                                                 "see 'lorakv inspect --help'"});
+  }
+  const std::string& path = a.positional().front();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    throw ConfigError("no such file or directory", {path, "FILE_OR_DIR", "a GGUF file or a checkpoint folder",
+                                                    "nothing at that path", "check the path"});
+  }
+  if (fs::is_directory(path, ec)) return inspect_hf(path, a.has("--metadata"), out);
+  return inspect_gguf(path, a.has("--metadata"), out);
+}
+
+}  // namespace lorakv::cli

@@ -1,0 +1,175 @@
+// tests/cli/inspect_command_test.cpp: `lorakv inspect` through run_cli: the real GGUF
+// (facts cross-checked with gguf-py's GGUFReader: 272 tensors, token_embd.weight Q8_0 of
+// shape [49152, 576] in 30,081,024 bytes, 134,515,008 parameters), a hand-made Hugging
+// Face checkpoint folder, and bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lorakv/cli/cli.h"
+#include "lorakv/common/errors.h"
+#include "tests/support/gguf_builder.h"
+#include "tests/support/safetensors_builder.h"
+#include "tests/support/test_settings.h"
+
+namespace lorakv::cli {
+namespace {
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+Result inspect(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  std::vector<std::string> all = {"inspect"};
+  all.insert(all.end(), args.begin(), args.end());
+  Result r;
+  r.code = run_cli(all, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+// True when some line of `text` matches `pattern` (a whole-line regex).
+bool has_line(const std::string& text, const std::string& pattern) {
+  std::istringstream lines(text);
+  const std::regex re(pattern);
+  for (std::string line; std::getline(lines, line);) {
+    if (std::regex_match(line, re)) return true;
+  }
+  return false;
+}
+
+// Deletes the named files and then the folder. (Not std::filesystem::remove_all: in a
+// binary linked with libtorch that call binds to libtorch's exported copy and crashes.)
+void remove_files(const fs::path& dir, const std::vector<std::string>& names) {
+  for (const std::string& name : names) std::remove((dir / name).string().c_str());
+  std::remove(dir.string().c_str());
+}
+
+TEST(InspectCommand, RealGgufModel) {
+  const std::string model = lorakv::testing::test_setting("LORAKV_MODEL");
+  ASSERT_FALSE(model.empty()) << "LORAKV_MODEL is not set";
+  const Result r = inspect({model});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string& o = r.out;
+  EXPECT_TRUE(has_line(o, R"( +architecture +llama)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +layers +30)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +hidden +576)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +heads / KV heads +9 / 3)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +head dim +64)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +intermediate +1536)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +vocab +49152)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +tied embeddings +yes)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +parameters +134,515,008)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +file size +93\.8 MiB \(98,362,432 bytes\))")) << o;
+  EXPECT_TRUE(has_line(o, R"( +pre +smollm)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +model +gpt2)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +vocab size +49,152)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +eos +2 "<\|im_end\|>")")) << o;
+  EXPECT_TRUE(has_line(o, R"( +chat format +chatml .*SmolLM.*)")) << o;
+  EXPECT_TRUE(has_line(o, R"(tensors \(272\):)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +token_embd\.weight +Q8_0 +\[49152, 576\] +30,081,024)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +blk\.0\.ffn_down\.weight +Q4_1 +\[576, 1536\] +552,960)")) << o;
+  EXPECT_EQ(o.find("metadata ("), std::string::npos) << "metadata only with --metadata";
+}
+
+TEST(InspectCommand, MetadataFlagDumpsEveryKeyAbbreviated) {
+  const std::string model = lorakv::testing::test_setting("LORAKV_MODEL");
+  ASSERT_FALSE(model.empty()) << "LORAKV_MODEL is not set";
+  const Result r = inspect({model, "--metadata"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(metadata \(\d+ keys\):)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(  general\.architecture \(string\) = "llama")")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(  llama\.block_count \(uint32\) = 30)")) << r.out;
+  // 49,152 tokens: eight shown, then the count.
+  EXPECT_TRUE(
+      has_line(r.out, R"(  tokenizer\.ggml\.tokens \(array<string>\[49152\]\) = \[.*, \.\.\. \(49,152 items\)\])"))
+      << r.out;
+  // The chat template is one line: newlines escaped, cut after 100 bytes.
+  EXPECT_TRUE(has_line(r.out, R"(  tokenizer\.chat_template \(string\) = ".*"\.\.\. \(\d[\d,]* bytes\))")) << r.out;
+}
+
+TEST(InspectCommand, HuggingFaceCheckpointFolder) {
+  const fs::path dir = lorakv::testing::temp_path("inspect-hf");
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+    "num_hidden_layers": 2, "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "vocab_size": 10, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0, "tie_word_embeddings": true, "hidden_act": "silu"})";
+  lorakv::testing::SafetensorsBuilder st;
+  st.add_f32("model.embed_tokens.weight", {10, 8}, std::vector<float>(80, 0.5f));
+  st.add_bf16("model.norm.weight", {8}, std::vector<uint16_t>(8, 0x3f80));
+  st.metadata["format"] = "pt";
+  st.write((dir / "model.safetensors").string());
+
+  const Result r = inspect({dir.string(), "--metadata"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string& o = r.out;
+  EXPECT_TRUE(has_line(o, R"(config\.json \(13 keys\):)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +architectures +\["LlamaForCausalLM"\])")) << o;
+  EXPECT_TRUE(has_line(o, R"( +layers +2)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +heads / KV heads +2 / 1)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +head dim +4)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +tokenizer\.json +missing)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +metadata format +"pt")")) << o;
+  EXPECT_TRUE(has_line(o, R"(tensors \(2\):)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +parameters +88)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +model\.embed_tokens\.weight +F32 +\[10, 8\] +320)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +model\.norm\.weight +BF16 +\[8\] +16)")) << o;
+  remove_files(dir, {"config.json", "model.safetensors"});
+}
+
+TEST(InspectCommand, HelpDocumentsEveryFlag) {
+  const Result r = inspect({"--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--metadata", "--help", "FILE_OR_DIR"}) EXPECT_NE(r.out.find(flag), std::string::npos);
+  std::ostringstream out, err;
+  run_cli({"--help"}, out, err);
+  EXPECT_NE(out.str().find("inspect"), std::string::npos);
+}
+
+TEST(InspectCommand, BadInput) {
+  // A missing path.
+  try {
+    inspect({"/nonexistent/model.gguf"});
+    ADD_FAILURE() << "no error for a missing file";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/model.gguf"), std::string::npos) << e.what();
+    EXPECT_FALSE(e.context().hint.empty());
+  }
+  // A folder without config.json.
+  const fs::path dir = lorakv::testing::temp_path("inspect-empty");
+  fs::create_directories(dir);
+  try {
+    inspect({dir.string()});
+    ADD_FAILURE() << "no error for a folder without config.json";
+  } catch (const ModelLoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+    EXPECT_FALSE(e.context().hint.empty());
+  }
+  // A config.json but no weights.
+  std::ofstream(dir / "config.json") << R"({"model_type": "llama"})";
+  EXPECT_THROW(inspect({dir.string()}), ModelLoadError);
+  remove_files(dir, {"config.json"});
+  // A file that is not GGUF.
+  const std::string junk = lorakv::testing::temp_path("junk.gguf");
+  std::ofstream(junk) << "not a gguf file at all, just text";
+  EXPECT_THROW(inspect({junk}), ModelLoadError);
+  // Usage errors.
+  EXPECT_THROW(inspect({}), ConfigError);
+  EXPECT_THROW(inspect({junk, junk}), ConfigError);
+  EXPECT_THROW(inspect({junk, "--bogus"}), ConfigError);
+  std::remove(junk.c_str());
+}
+
+}  // namespace
+}  // namespace lorakv::cli

@@ -1,0 +1,94 @@
+# cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK=... -DTORCH_DIR=... -DMODEL=... -DCLI=...
+#       -DEXPECTED_VERSION=... [-DGENERATOR=... -DMAKE_PROGRAM=... -DCXX=... -DCUDA_COMPILER=...
+#       -DCUDA_MODE=...] -P check_install.cmake
+# Installs lorakv from BUILD_DIR into WORK/prefix, builds the consumer project against it and
+# checks what it prints. See tests/install/CMakeLists.txt.
+cmake_minimum_required(VERSION 3.22)
+set(_prompt "The capital of France is")
+
+# run(<what> <command...>): runs a command, stops with its output when it fails; the output
+# is left in _out.
+macro(run what)
+  string(TIMESTAMP _t0 "%s")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+  string(TIMESTAMP _t1 "%s")
+  math(EXPR _dt "${_t1} - ${_t0}")
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${_rc}):\n${_out}\n${_err}")
+  endif()
+  message(STATUS "${what}: ${_dt} s")
+endmacro()
+
+file(REMOVE_RECURSE ${WORK})
+set(_prefix ${WORK}/prefix)
+run("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${_prefix})
+
+# The installed tree: prefixed headers, layer archives, the package files; nothing of the
+# command line's internals, and no header outside include/lorakv/.
+foreach(_path include/lorakv/common/errors.h include/lorakv/runtime/engine.h include/lorakv/kernels/cpu/lora_rows.h
+              lib/liblorakv_runtime.a lib/liblorakv_common.a lib/cmake/lorakv/lorakvConfig.cmake
+              lib/cmake/lorakv/lorakvConfigVersion.cmake lib/cmake/lorakv/lorakvTargets.cmake bin/lorakv)
+  if(NOT EXISTS ${_prefix}/${_path})
+    message(FATAL_ERROR "the install has no ${_path}")
+  endif()
+endforeach()
+file(GLOB _top_includes RELATIVE ${_prefix}/include ${_prefix}/include/*)
+if(NOT _top_includes STREQUAL "lorakv")
+  message(FATAL_ERROR "include/ should hold only lorakv/, found: ${_top_includes}")
+endif()
+foreach(_absent include/lorakv/cli lib/liblorakv_cli.a)
+  if(EXISTS ${_prefix}/${_absent})
+    message(FATAL_ERROR "the install should not carry ${_absent}")
+  endif()
+endforeach()
+
+set(_configure ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -DCMAKE_PREFIX_PATH=${_prefix} -DCMAKE_BUILD_TYPE=Release)
+if(GENERATOR)
+  list(APPEND _configure -G ${GENERATOR})
+endif()
+foreach(_var MAKE_PROGRAM CXX CUDA_COMPILER)
+  if(${_var})
+    set(_name CMAKE_${_var})
+    if(_var STREQUAL "CXX")
+      set(_name CMAKE_CXX_COMPILER)
+    endif()
+    list(APPEND _configure -D${_name}=${${_var}})
+  endif()
+endforeach()
+if(CUDA_MODE)
+  list(APPEND _configure -DLORAKV_CUDA=${CUDA_MODE})
+endif()
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")  # as tools/build.sh: stops torch's config probing GPUs
+endif()
+
+# Bad input: no torch folder. The config says what to pass.
+unset(ENV{LORAKV_TORCH_DIR})
+execute_process(COMMAND ${_configure} -B ${WORK}/no_torch RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+if(_rc EQUAL 0 OR NOT "${_out}${_err}" MATCHES "lorakv needs the torch package folder it was built with")
+  message(FATAL_ERROR "find_package(lorakv) without LORAKV_TORCH_DIR should fail naming it:\n${_out}\n${_err}")
+endif()
+
+run("configure the consumer" ${_configure} -B ${WORK}/build -DLORAKV_TORCH_DIR=${TORCH_DIR})
+run("build the consumer" ${CMAKE_COMMAND} --build ${WORK}/build)
+run("run the consumer" ${WORK}/build/lorakv_consumer ${MODEL} ${_prompt})
+set(_consumer "${_out}")
+message(STATUS "consumer printed:\n${_consumer}")
+if(NOT _consumer MATCHES "^lorakv ([^\n]*)\ntoken\t([0-9]+)\t")
+  message(FATAL_ERROR "unexpected consumer output:\n${_consumer}")
+endif()
+set(_version "${CMAKE_MATCH_1}")
+set(_token "${CMAKE_MATCH_2}")
+if(NOT _version STREQUAL EXPECTED_VERSION)
+  message(FATAL_ERROR "the consumer reports lorakv ${_version}, the build is ${EXPECTED_VERSION}")
+endif()
+
+# The same prompt through the build tree's command line: the same greedy token.
+run("lorakv generate" ${CLI} generate --model ${MODEL} --prompt ${_prompt} --max-tokens 1 --logprobs)
+if(NOT _out MATCHES "\nlogprob\t[^\t]*\t([0-9]+)\t")
+  message(FATAL_ERROR "unexpected `lorakv generate` output:\n${_out}")
+endif()
+if(NOT CMAKE_MATCH_1 STREQUAL _token)
+  message(FATAL_ERROR "the consumer's greedy token ${_token} differs from lorakv generate's ${CMAKE_MATCH_1}")
+endif()
+message(STATUS "installed lorakv ${_version}: greedy token ${_token}, as lorakv generate")
