@@ -3,6 +3,8 @@
 #include "lorakv/runtime/engine.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <string>
 
 #include "lorakv/common/errors.h"
 #include "lorakv/common/sha256.h"
@@ -17,6 +19,33 @@ cache::StorageDtype storage_dtype(at::ScalarType t) {
   return t == at::kBFloat16 ? cache::StorageDtype::kBFloat16 : cache::StorageDtype::kFloat32;
 }
 
+// The product of `factors`, or ConfigError naming `what` when it does not fit in int64
+// (pool sizes come from users: rows, block size, heads, head size, element bytes).
+int64_t checked_product(std::initializer_list<int64_t> factors, const std::string& what) {
+  int64_t product = 1;
+  for (int64_t f : factors) {
+    if (__builtin_mul_overflow(product, f, &product)) {
+      throw ConfigError("the cache pool is too large", {"", what, "a pool whose bytes fit in 64 bits", "", "ask for fewer rows"});
+    }
+  }
+  return product;
+}
+
+// Blocks of one pool for `rows` rows per lane, checked: the pool's bytes (rows of `row_values`
+// values of `element_bytes`, K and V for the base pool) must be a 64-bit number.
+int64_t pool_blocks(const cache::CacheLayout& l, int64_t rows, int64_t row_values, int64_t element_bytes,
+                    const std::string& what) {
+  const int64_t blocks_per_lane = rows / l.block_size + (rows % l.block_size != 0 ? 1 : 0);  // no rows + bs - 1 overflow
+  const int64_t blocks = checked_product({l.num_lanes(), blocks_per_lane}, what);
+  checked_product({blocks, l.block_size, row_values, element_bytes, 2}, what);
+  return blocks;
+}
+
+// Blocks of each residual pool (one per rank); rank 128, the kernel's largest, bounds its bytes.
+int64_t residual_pool_blocks(const cache::CacheLayout& l, int64_t residual_rows) {
+  return pool_blocks(l, residual_rows, 128, 4, "EngineOptions::residual_rows = " + std::to_string(residual_rows));
+}
+
 cache::CacheConfig cache_config(const ModelConfig& c, const EngineOptions& o, at::ScalarType dtype) {
   cache::CacheConfig config;
   config.layout.num_layers = c.num_layers;
@@ -25,7 +54,9 @@ cache::CacheConfig cache_config(const ModelConfig& c, const EngineOptions& o, at
   config.layout.block_size = o.block_size;
   config.layout.heads_per_group = o.per_head_token_sets ? 1 : c.num_kv_heads;
   config.dtype = storage_dtype(dtype);
-  config.num_base_blocks = config.layout.num_lanes() * config.layout.blocks_for(o.base_rows);
+  config.num_base_blocks = pool_blocks(config.layout, o.base_rows, config.layout.heads_per_group * c.head_dim,
+                                       dtype == at::kBFloat16 ? 2 : 4,
+                                       "EngineOptions::base_rows = " + std::to_string(o.base_rows));
   return config;
 }
 
@@ -128,7 +159,9 @@ Engine::Engine(const LlamaModel& model, EngineOptions options)
   if (options.base_rows <= 0 || options.residual_rows <= 0 || options.block_size <= 0 || options.prefill_chunk <= 0) {
     throw ConfigError("engine pool sizes, block size and prefill chunk must be positive");
   }
-  cache_ = std::make_unique<cache::PagedKvCache>(cache_config(c, options, model.dtype()));
+  const cache::CacheConfig config = cache_config(c, options, model.dtype());
+  residual_pool_blocks(config.layout, options.residual_rows);  // refused here, not at the first adapter
+  cache_ = std::make_unique<cache::PagedKvCache>(config);
 }
 
 Engine::~Engine() = default;
@@ -182,7 +215,7 @@ int32_t Engine::add_reader(ContextId context, std::shared_ptr<const adapters::Ad
   }
   for (const ReaderStream& s : r.streams) {
     for (int64_t rank : s.ranks) {
-      if (rank > 0) cache_->ensure_residual_pool(rank, cache_->layout().num_lanes() * cache_->layout().blocks_for(options_.residual_rows));
+      if (rank > 0) cache_->ensure_residual_pool(rank, residual_pool_blocks(cache_->layout(), options_.residual_rows));
     }
   }
   c.readers.push_back(std::move(r));

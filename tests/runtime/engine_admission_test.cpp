@@ -5,6 +5,7 @@
 // private rows go.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -202,6 +203,29 @@ TEST_F(EngineAdmission, ReaderMidReplyContinuesAfterAnotherCommits) {
   const ContextId c = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {a_});
   engine.append(c, seq_tokens(8));
   EXPECT_THROW(engine.step({private_work(c, 0, {1})}), ConfigError);
+}
+
+// Pool sizes come from users: a row count whose pool bytes overflow int64 is a ConfigError
+// naming the option, not a wrapped size (the rows + block_size - 1 rounding overflowed too).
+TEST_F(EngineAdmission, PoolSizesThatOverflowAreRefused) {
+  for (int64_t rows : {std::numeric_limits<int64_t>::max(), int64_t{1} << 60}) {
+    EngineOptions base = small_pools();
+    base.base_rows = rows;
+    try {
+      Engine engine(model(), base);
+      FAIL() << "no error for base_rows " << rows;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("base_rows = " + std::to_string(rows)), std::string::npos) << e.what();
+    }
+    EngineOptions residual = small_pools();
+    residual.residual_rows = rows;
+    try {
+      Engine engine(model(), residual);
+      FAIL() << "no error for residual_rows " << rows;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("residual_rows"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // drop_private frees the private rows and forgets the tokens; the next reply starts at the
