@@ -38,6 +38,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -49,6 +50,7 @@
 #include "lorakv/common/errors.h"
 #include "lorakv/common/logging.h"
 #include "lorakv/common/subprocess.h"
+#include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/loaded_model.h"
 
@@ -151,37 +153,38 @@ struct LorakvSide {
   std::vector<std::shared_ptr<const lorakv::adapters::Adapter>> adapters;
 };
 
-// Through the engine: each sequence a context of its own with one reader (mode full), its
-// prompt processed in one step with every other's, then one step per token for all.
+// Through the engine's driver: each sequence a context of its own with one reader (mode
+// full), its prompt processed in one step with every other's, then one step per token for
+// all. Timed from the end of the prompt step.
 DecodeResult lorakv_decode(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts, int batch,
                            int steps, const std::vector<std::shared_ptr<const lorakv::adapters::Adapter>>* adapters) {
-  lorakv::runtime::EngineOptions eo;
-  eo.base_rows = 0;
-  for (int i = 0; i < batch; ++i) eo.base_rows += static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()) + steps + 64;
+  namespace rt = lorakv::runtime;
+  rt::EngineOptions eo;
+  int64_t rows = 0;
+  for (int i = 0; i < batch; ++i) rows += static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()) + steps + 64;
+  eo.kv_pool_bytes = rt::Engine::base_row_bytes(model, eo) * rows;
   eo.prefill_chunk = 4096;
-  lorakv::runtime::Engine engine(model, eo);
-  std::vector<lorakv::runtime::StepWork> work(static_cast<size_t>(batch));
+  rt::Engine engine(model, eo);
+  DecodeResult r;
+  std::vector<rt::DriverJob> jobs(static_cast<size_t>(batch));
   for (int i = 0; i < batch; ++i) {
-    const auto ctx = engine.create_context({lorakv::runtime::SharingMode::kFull, lorakv::runtime::SharedWriter::kFirst},
+    const auto ctx = engine.create_context({rt::SharingMode::kFull, rt::SharedWriter::kFirst},
                                            {adapters ? (*adapters)[static_cast<size_t>(i)] : nullptr});
     engine.append(ctx, prompts[static_cast<size_t>(i)]);
-    work[static_cast<size_t>(i)].reader = {ctx, 0};
+    jobs[static_cast<size_t>(i)].reader = {ctx, 0};
+    // Greedy; `steps` tokens run after the prompt's (the first comes from the prompt step).
+    jobs[static_cast<size_t>(i)].next = [&r, i, steps, taken = 0](const at::Tensor& logits) mutable -> std::optional<int32_t> {
+      const auto id = static_cast<int32_t>(logits.argmax().item<int64_t>());
+      if (i == 0) r.ids.push_back(id);
+      if (taken++ == steps) return std::nullopt;
+      return id;
+    };
   }
-  auto argmax_all = [&](const lorakv::runtime::StepResult& res) {
-    std::vector<int32_t> ids;
-    for (const auto& o : res.outputs) ids.push_back(static_cast<int32_t>(o.logits[-1].argmax().item<int64_t>()));
-    return ids;
-  };
-  std::vector<int32_t> next = argmax_all(engine.step(work));
-  DecodeResult r;
-  r.ids.push_back(next[0]);
-  for (auto& w : work) w.kind = lorakv::runtime::StepWork::Kind::kPrivate;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int s = 0; s < steps; ++s) {
-    for (int i = 0; i < batch; ++i) work[static_cast<size_t>(i)].tokens = {next[static_cast<size_t>(i)]};
-    next = argmax_all(engine.step(work));
-    r.ids.push_back(next[0]);
-  }
+  std::chrono::steady_clock::time_point t0;
+  int64_t step = 0;
+  rt::Driver(engine, [&](rt::Engine&, const rt::StepResult&) {
+    if (step++ == 0) t0 = std::chrono::steady_clock::now();
+  }).run(jobs);
   r.seconds = seconds_since(t0);
   return r;
 }
@@ -359,14 +362,14 @@ int run(const Options& o) {
     s.params = params;
     s.prefill = [model, &prompts] {
       lorakv::runtime::EngineOptions eo;
-      eo.base_rows = static_cast<int64_t>(prompts[0].size()) + 64;
+      eo.kv_pool_bytes = lorakv::runtime::Engine::base_row_bytes(*model) * (static_cast<int64_t>(prompts[0].size()) + 64);
       eo.prefill_chunk = 4096;  // the whole prompt in one step, as the other sides run it
       lorakv::runtime::Engine engine(*model, eo);
       const auto ctx = engine.create_context({lorakv::runtime::SharingMode::kFull, lorakv::runtime::SharedWriter::kFirst},
                                              {nullptr});
       engine.append(ctx, prompts[0]);
       const auto t0 = std::chrono::steady_clock::now();
-      (void)engine.prefill({ctx, 0}).argmax().item<int64_t>();
+      (void)lorakv::runtime::prefill(engine, {ctx, 0}).argmax().item<int64_t>();
       return seconds_since(t0);
     };
     s.decode = [model, adapters, &prompts](int batch, int steps, bool with_adapters) {

@@ -150,8 +150,13 @@ LaneSlots CacheManager::append_rows(int32_t pool, BlockTable& table, int64_t add
   out.pool = pool;
   const int64_t bs = layout().block_size;
   BlockAllocator& alloc = allocators_[static_cast<size_t>(pool)];
+  // Room first: once blocks are taken, nothing may throw before the table holds them (a
+  // block taken and lost would never come back, even on rollback).
+  table.blocks.reserve(static_cast<size_t>(layout().blocks_for(table.num_rows + add)));
+  ops.copies.reserve(ops.copies.size() + 1);
+  out.slots.reserve(static_cast<size_t>(add));
   if (table.num_rows % bs != 0 && alloc.refcount(table.blocks.back()) > 1) {
-    const std::optional<std::vector<BlockId>> copy_block = alloc.allocate(1, tag);  // counted by can_append
+    const std::optional<std::vector<BlockId>> copy_block = take_blocks(pool, 1, tag);  // counted by can_append
     LORAKV_ASSERT(copy_block.has_value(), "copy-on-write ran out of blocks after can_append said yes");
     const BlockId copy = copy_block->front();
     ops.copies.push_back({pool, table.blocks.back(), copy});
@@ -159,7 +164,7 @@ LaneSlots CacheManager::append_rows(int32_t pool, BlockTable& table, int64_t add
     table.blocks.back() = copy;
   }
   const int64_t more = layout().blocks_for(table.num_rows + add) - static_cast<int64_t>(table.blocks.size());
-  const std::optional<std::vector<BlockId>> fresh = alloc.allocate(more, tag);
+  const std::optional<std::vector<BlockId>> fresh = take_blocks(pool, more, tag);
   LORAKV_ASSERT(fresh.has_value(), "append ran out of blocks after can_append said yes");
   table.blocks.insert(table.blocks.end(), fresh->begin(), fresh->end());
   for (int64_t i = 0; i < add; ++i) {
@@ -214,7 +219,23 @@ std::optional<AppendSlots> CacheManager::append(SeqId seq, const AppendRequest& 
 }
 
 void CacheManager::release_block(int32_t pool, BlockId block) {
-  if (allocators_[static_cast<size_t>(pool)].release(block)) index_.erase_block({pool, block});
+  // An indexed block stays cached: a later sequence with the same prefix may take it back.
+  const bool indexed = index_.entry_of({pool, block}).has_value();
+  allocators_[static_cast<size_t>(pool)].release(block, indexed);
+}
+
+std::optional<std::vector<BlockId>> CacheManager::take_blocks(int32_t pool, int64_t n, uint32_t tag) {
+  std::vector<BlockId> reclaimed;
+  std::optional<std::vector<BlockId>> out = allocators_[static_cast<size_t>(pool)].allocate(n, tag, &reclaimed);
+  for (BlockId b : reclaimed) unindex({pool, b});  // their rows are about to be overwritten
+  return out;
+}
+
+void CacheManager::unindex(BlockRef block) {
+  index_.erase_block(block, [this](BlockRef b) {
+    BlockAllocator& a = allocators_[static_cast<size_t>(b.pool)];
+    if (a.is_cached(b.block)) a.uncache(b.block);
+  });
 }
 
 void CacheManager::release(SeqId seq) {

@@ -22,6 +22,10 @@
 // been compacted (rows written after a compaction were computed over fewer tokens, so their
 // content is not a function of the token prefix). A block with reference count > 1 is
 // copied before any write into it (append into a shared partial block, compaction).
+// Reuse after release: an indexed block whose last reference goes stays cached (findable,
+// counted free, block_allocator.h) until an allocation needs it; a sequence releases its
+// tables from the end, residual rows first, so the LRU reclaims a chain's tail before the
+// prefix (a system prompt) that later contexts are most likely to share.
 //
 // Contract: query before mutate. can_append / can_compact / match_prefix never change state;
 // append / compact / create / fork / attach_residual / release do, and apply completely or
@@ -195,6 +199,15 @@ class CacheManager {
   Capacity can_append(SeqId seq, const AppendRequest& request) const;
   std::optional<AppendSlots> append(SeqId seq, const AppendRequest& request);
 
+  // Moves the rows of `suffix` (a suffix sequence starting right after `seq`'s last row, with
+  // base rows only) onto the end of `seq`, which must have no residual streams: the rows are
+  // copied (StorageOps moves), tokens and writers appended, full blocks indexed; the
+  // caller releases the suffix once the moves are applied. An agent's reply whose private
+  // rows equal the context's rows is committed this way instead of being processed again.
+  // nullopt (no change) when the pool has too few free blocks.
+  Capacity can_adopt_suffix(SeqId seq, SeqId suffix) const;
+  std::optional<StorageOps> adopt_suffix(SeqId seq, SeqId suffix);
+
   Capacity can_compact(SeqId seq, const KeepSets& keep) const;
   std::optional<StorageOps> compact(SeqId seq, const KeepSets& keep);
 
@@ -228,6 +241,10 @@ class CacheManager {
                                             int64_t num_tokens) const;
   LaneSlots append_rows(int32_t pool, BlockTable& table, int64_t add, uint32_t tag, StorageOps& ops);
   void release_block(int32_t pool, BlockId block);
+  // n blocks of `pool` (free first, then cached ones, whose index entries go), or nullopt.
+  std::optional<std::vector<BlockId>> take_blocks(int32_t pool, int64_t n, uint32_t tag);
+  // Drops the index entry holding `block` and its dependents; their cached blocks become free.
+  void unindex(BlockRef block);
   void compact_table(int32_t pool, BlockTable& table, const std::vector<int64_t>& keep, uint32_t tag,
                      StorageOps& ops, std::vector<BlockRef>& to_release);
   // Entries it adds to the index go to `inserted` (reserved by the caller) when given.

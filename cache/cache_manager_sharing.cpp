@@ -35,10 +35,7 @@ void CacheManager::create_sequence(SeqId seq, const ContentKey& base_key, const 
   for (EntryId id : match.entries) {
     const PrefixEntry& e = index_.entry(id);
     LORAKV_ASSERT(e.key.key == base_key, "prefix match for another content key");
-    for (size_t lane = 0; lane < s.lanes.size(); ++lane) {
-      allocators_[0].retain(e.blocks[lane].block);
-      s.lanes[lane].table.blocks.push_back(e.blocks[lane].block);
-    }
+    for (size_t lane = 0; lane < s.lanes.size(); ++lane) s.lanes[lane].table.blocks.push_back(e.blocks[lane].block);
     s.tokens.insert(s.tokens.end(), e.key.tokens.begin(), e.key.tokens.end());
     s.writers.insert(s.writers.end(), e.writers.begin(), e.writers.end());
     s.base_chain.push_back(id);
@@ -47,7 +44,10 @@ void CacheManager::create_sequence(SeqId seq, const ContentKey& base_key, const 
     lane.table.num_rows = static_cast<int64_t>(s.tokens.size());
     for (size_t p = 0; p < s.tokens.size(); ++p) lane.positions.push_back(static_cast<int32_t>(p));
   }
-  seqs_.emplace(seq, std::move(s));
+  // The references last: retaining cannot fail, so no block is ever retained for a
+  // sequence that then fails to exist.
+  const SequenceState& stored = seqs_.emplace(seq, std::move(s)).first->second;
+  retain_blocks(stored);
 }
 
 void CacheManager::create_suffix_sequence(SeqId seq, const ContentKey& base_key, int64_t first_position) {
@@ -62,8 +62,7 @@ void CacheManager::fork(SeqId src, SeqId dst) {
   LORAKV_ASSERT(dst.valid() && !has_sequence(dst), "sequence " << dst.value() << " exists or is invalid");
   remember(dst);
   SequenceState copy = sequence(src);
-  retain_blocks(copy);
-  seqs_.emplace(dst, std::move(copy));
+  retain_blocks(seqs_.emplace(dst, std::move(copy)).first->second);  // emplaced first: retaining cannot fail
 }
 
 int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks,
@@ -97,7 +96,6 @@ int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vec
       if (pool < 0) continue;
       const BlockRef b = entry.blocks.at(k++);
       LORAKV_ASSERT(b.pool == pool, "indexed residual block in another pool");
-      allocators_[static_cast<size_t>(pool)].retain(b.block);
       BlockTable& t = r.lanes[static_cast<size_t>(lane)];
       t.blocks.push_back(b.block);
       t.num_rows += layout().block_size;
@@ -109,6 +107,12 @@ int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vec
   }
   const int64_t covered = r.covered;
   s.residuals.push_back(std::move(r));
+  // The references last, once the stream is in place (retaining cannot fail).
+  const ResidualStream& stored = s.residuals.back();
+  for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+    const int32_t pool = stored.pools[static_cast<size_t>(layout().layer_of(lane))];
+    for (BlockId b : stored.lanes[static_cast<size_t>(lane)].blocks) allocators_[static_cast<size_t>(pool)].retain(b);
+  }
   return covered;
 }
 
@@ -160,6 +164,42 @@ void CacheManager::register_full_blocks(SequenceState& s, std::vector<EntryId>* 
   }
 }
 
+Capacity CacheManager::can_adopt_suffix(SeqId seq, SeqId suffix) const {
+  const SequenceState& s = sequence(seq);
+  const SequenceState& x = sequence(suffix);
+  LORAKV_ASSERT(x.first_position == s.first_position + static_cast<int64_t>(s.tokens.size()),
+                "suffix " << suffix.value() << " does not start after sequence " << seq.value());
+  LORAKV_ASSERT(s.residuals.empty() && x.residuals.empty(), "adopting rows of a sequence with residual streams");
+  AppendRequest as_append;
+  as_append.tokens = x.tokens;
+  return can_append(seq, as_append);
+}
+
+std::optional<StorageOps> CacheManager::adopt_suffix(SeqId seq, SeqId suffix) {
+  if (!can_adopt_suffix(seq, suffix).ok) return std::nullopt;
+  remember(seq);
+  SequenceState& s = state(seq);
+  const SequenceState& x = sequence(suffix);
+  const auto n = static_cast<int64_t>(x.tokens.size());
+  StorageOps ops;
+  const uint32_t tag = tag_for(s.base_key.adapter);
+  const int64_t bs = layout().block_size;
+  for (size_t lane = 0; lane < s.lanes.size(); ++lane) {
+    const LaneSlots dst = append_rows(0, s.lanes[lane].table, n, tag, ops);
+    const BlockTable& src = x.lanes[lane].table;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t from = src.blocks[static_cast<size_t>(j / bs)].value() * bs + j % bs;
+      ops.moves.push_back({0, from, dst.slots[static_cast<size_t>(j)]});
+    }
+    const std::vector<int32_t>& positions = x.lanes[lane].positions;
+    s.lanes[lane].positions.insert(s.lanes[lane].positions.end(), positions.begin(), positions.end());
+  }
+  s.tokens.insert(s.tokens.end(), x.tokens.begin(), x.tokens.end());
+  s.writers.insert(s.writers.end(), x.writers.begin(), x.writers.end());
+  if (journal_.empty()) register_full_blocks(s);  // else the outermost commit does
+  return ops;  // the caller applies the moves, then releases the suffix
+}
+
 Capacity CacheManager::can_compact(SeqId seq, const KeepSets& keep) const {
   const SequenceState& s = sequence(seq);
   LORAKV_ASSERT(static_cast<int64_t>(keep.size()) == layout().num_lanes(), "one keep set per lane needed");
@@ -199,19 +239,19 @@ void CacheManager::compact_table(int32_t pool, BlockTable& table, const std::vec
   for (int64_t b : plan.rewritten_blocks) {
     BlockId& block = table.blocks[static_cast<size_t>(b)];
     if (alloc.refcount(block) > 1) {
-      const std::optional<std::vector<BlockId>> copy_block = alloc.allocate(1, tag);  // counted by can_compact
+      const std::optional<std::vector<BlockId>> copy_block = take_blocks(pool, 1, tag);  // counted by can_compact
       LORAKV_ASSERT(copy_block.has_value(), "copy-on-write ran out of blocks after can_compact said yes");
       const BlockId copy = copy_block->front();
       ops.copies.push_back({pool, block, copy});
       alloc.release(block);
       block = copy;
     } else {
-      index_.erase_block({pool, block});
+      unindex({pool, block});
     }
   }
   if (plan.truncated_block >= 0) {
     const BlockId block = table.blocks[static_cast<size_t>(plan.truncated_block)];
-    if (alloc.refcount(block) == 1) index_.erase_block({pool, block});
+    if (alloc.refcount(block) == 1) unindex({pool, block});
   }
   for (const RowMove& m : plan.moves) {
     const int64_t src = before[static_cast<size_t>(m.src_row / bs)].value() * bs + m.src_row % bs;

@@ -1,5 +1,7 @@
 // cache/cache_transactions.cpp: CacheManager's undo levels (cache_manager.h, "Transactions") and
 // the helpers that take or drop every block reference a sequence holds.
+#include <algorithm>
+
 #include "lorakv/cache/cache_manager.h"
 #include "lorakv/common/errors.h"
 
@@ -26,18 +28,30 @@ void CacheManager::retain_blocks(const SequenceState& s) {
   }
 }
 
+// Tables are released from their end, block index by block index across lanes, residual
+// rows before base rows: cached blocks leave the LRU oldest first, so a chain loses its tail
+// (one entry at a time, every lane of it) before its prefix (cache_manager.h). Allocates
+// nothing: a rollback releases through here.
 void CacheManager::release_stream_blocks(const ResidualStream& r) {
-  for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
-    const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
-    for (BlockId b : r.lanes[static_cast<size_t>(lane)].blocks) release_block(pool, b);
+  size_t longest = 0;
+  for (const BlockTable& t : r.lanes) longest = std::max(longest, t.blocks.size());
+  for (size_t i = longest; i-- > 0;) {
+    for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+      const BlockTable& t = r.lanes[static_cast<size_t>(lane)];
+      if (i < t.blocks.size()) release_block(r.pools[static_cast<size_t>(layout().layer_of(lane))], t.blocks[i]);
+    }
   }
 }
 
 void CacheManager::release_blocks(const SequenceState& s) {
-  for (const BaseLane& lane : s.lanes) {
-    for (BlockId b : lane.table.blocks) release_block(0, b);
-  }
   for (const ResidualStream& r : s.residuals) release_stream_blocks(r);
+  size_t longest = 0;
+  for (const BaseLane& lane : s.lanes) longest = std::max(longest, lane.table.blocks.size());
+  for (size_t i = longest; i-- > 0;) {
+    for (const BaseLane& lane : s.lanes) {
+      if (i < lane.table.blocks.size()) release_block(0, lane.table.blocks[i]);
+    }
+  }
 }
 
 void CacheManager::begin_transaction() { journal_.emplace_back(); }
@@ -76,7 +90,7 @@ void CacheManager::commit_transaction() {
     for (auto& [s, saved] : chains) register_full_blocks(*s, &inserted);
   } catch (...) {
     for (auto id = inserted.rbegin(); id != inserted.rend(); ++id) {
-      if (index_.contains(*id)) index_.erase_block(index_.entry(*id).blocks.front());
+      if (index_.contains(*id)) unindex(index_.entry(*id).blocks.front());
     }
     for (auto& [s, saved] : chains) {
       s->base_chain = std::move(saved.front());

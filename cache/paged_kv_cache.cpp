@@ -127,6 +127,26 @@ void PagedKvCache::write_residual(const AppendSlots& slots, size_t index, int64_
   }
 }
 
+bool PagedKvCache::adopt_suffix(SeqId seq, SeqId suffix) {
+  // In a transaction of its own, so a failed copy leaves both sequences as they were.
+  manager_.begin_transaction();
+  try {
+    const std::optional<StorageOps> ops = manager_.adopt_suffix(seq, suffix);
+    if (!ops) {
+      manager_.rollback_transaction();
+      return false;
+    }
+    for (BlockPool& p : pools_) p.apply(*ops);
+    manager_.commit_transaction();
+  } catch (...) {
+    manager_.rollback_transaction();
+    throw;
+  }
+  manager_.release(suffix);
+  note_usage();
+  return true;
+}
+
 bool PagedKvCache::compact(SeqId seq, const KeepSets& keep) {
   std::optional<StorageOps> ops = manager_.compact(seq, keep);
   if (!ops) return false;
@@ -188,8 +208,12 @@ CacheStats PagedKvCache::stats() const {
   s.positions_bytes = base.num_used() * pools_[0].positions_bytes_per_block();
   for (size_t p = 0; p < pools_.size(); ++p) {
     const BlockAllocator& a = manager_.allocator(static_cast<int32_t>(p));
-    s.pools.push_back({manager_.pool_rank(static_cast<int32_t>(p)), a.num_used(), a.num_free(), pools_[p].block_bytes()});
+    const int64_t free_blocks = a.num_free() - a.num_cached();
+    s.pools.push_back({manager_.pool_rank(static_cast<int32_t>(p)), a.num_used(), a.num_cached(), free_blocks,
+                       pools_[p].block_bytes()});
     s.reserved_bytes += pools_[p].reserved_bytes();
+    s.cached_bytes += a.num_cached() * pools_[p].block_bytes();
+    s.free_bytes += free_blocks * pools_[p].block_bytes();
     if (p == 0) continue;
     for (int64_t b = 0; b < a.num_blocks(); ++b) {
       if (!a.in_use(BlockId(b))) continue;

@@ -36,8 +36,9 @@ struct GatheredResidual {
 
 struct PoolUsage {
   int64_t rank = 0;  // 0 = base pool
-  int64_t blocks_used = 0;
-  int64_t blocks_free = 0;
+  int64_t blocks_used = 0;    // referenced by a sequence
+  int64_t blocks_cached = 0;  // unreferenced, still findable by prefix; reclaimed when needed
+  int64_t blocks_free = 0;    // neither
   int64_t block_bytes = 0;  // measured from the pool's tensors
 };
 
@@ -52,7 +53,9 @@ struct CacheStats {
   int64_t metadata_bytes = 0;  // host: tables, positions mirror, token ids, prefix index
   int64_t bytes_in_use = 0;    // base K + base V + positions + residuals
   int64_t peak_bytes_in_use = 0;
-  int64_t reserved_bytes = 0;  // all pool tensors, used or not
+  int64_t cached_bytes = 0;    // cached blocks: reusable by a prefix match, reclaimable at once
+  int64_t free_bytes = 0;      // blocks neither in use nor cached
+  int64_t reserved_bytes = 0;  // all pool tensors: in use + cached + free
   std::vector<PoolUsage> pools;
 };
 
@@ -94,6 +97,10 @@ class PagedKvCache {
   void begin_transaction() { manager_.begin_transaction(); }
   void commit_transaction() { manager_.commit_transaction(); }
   void rollback_transaction() { manager_.rollback_transaction(); }
+
+  // CacheManager::adopt_suffix with the rows copied; the suffix is released. false (no
+  // change) when the pool is short.
+  bool adopt_suffix(SeqId seq, SeqId suffix);
 
   Capacity can_compact(SeqId seq, const KeepSets& keep) const { return manager_.can_compact(seq, keep); }
   bool compact(SeqId seq, const KeepSets& keep);

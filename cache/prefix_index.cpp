@@ -75,21 +75,24 @@ std::pair<EntryId, bool> PrefixIndex::insert(PrefixEntryKey key, std::vector<Ada
   return {id, true};
 }
 
-int64_t PrefixIndex::erase_block(BlockRef block) {
+int64_t PrefixIndex::erase_block(BlockRef block, const std::function<void(BlockRef)>& on_unindexed) {
   auto it = block_to_entry_.find(block);
   if (it == block_to_entry_.end()) return 0;
   int64_t removed = 0;
-  erase_entry(it->second, removed);
+  erase_entry(it->second, removed, on_unindexed);
   return removed;
 }
 
-void PrefixIndex::erase_entry(EntryId id, int64_t& removed) {
+void PrefixIndex::erase_entry(EntryId id, int64_t& removed, const std::function<void(BlockRef)>& on_unindexed) {
   auto it = entries_.find(id.value());
   if (it == entries_.end()) return;  // already removed through another path
   PrefixEntry e = std::move(it->second);
   entries_.erase(it);
   ++removed;
   for (BlockRef b : e.blocks) block_to_entry_.erase(b);
+  if (on_unindexed) {
+    for (BlockRef b : e.blocks) on_unindexed(b);
+  }
   auto bucket = buckets_.find(hash_of(e.key));
   LORAKV_ASSERT(bucket != buckets_.end(), "entry " << id.value() << " missing from its bucket");
   auto& ids = bucket->second;
@@ -102,7 +105,7 @@ void PrefixIndex::erase_entry(EntryId id, int64_t& removed) {
       deps.erase(std::remove(deps.begin(), deps.end(), id), deps.end());
     }
   }
-  for (EntryId dep : e.dependents) erase_entry(dep, removed);
+  for (EntryId dep : e.dependents) erase_entry(dep, removed, on_unindexed);
 }
 
 const PrefixEntry& PrefixIndex::entry(EntryId id) const {

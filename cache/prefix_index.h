@@ -8,13 +8,15 @@
 // rows were computed against. Residual entries hang off the base entry of their token
 // block, since C = X A depends on the base rows the writer attended over.
 //
-// The index holds no references: entries point at live blocks, and the cache manager erases
-// an entry when one of its blocks is freed or rewritten in place (compaction); its
-// dependents (later blocks, residual entries on it) go with it. Reuse by counting tokens
+// The index holds no references: entries point at blocks in use or cached (unreferenced but
+// kept, block_allocator.h), and the cache manager erases an entry when one of its blocks is
+// reclaimed for other rows or rewritten in place (compaction); its dependents (later blocks,
+// residual entries on it) go with it. Reuse by counting tokens
 // is never done. Not thread-safe; owned and mutated only by CacheManager.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -60,9 +62,10 @@ class PrefixIndex {
   // one and false. None of `blocks` may be indexed already.
   std::pair<EntryId, bool> insert(PrefixEntryKey key, std::vector<AdapterIdentity> writers,
                                   std::vector<BlockRef> blocks);
-  // Removes the entry holding `block`, if any, and everything depending on it. Returns the
-  // number of entries removed.
-  int64_t erase_block(BlockRef block);
+  // Removes the entry holding `block`, if any, and everything depending on it; each block of
+  // a removed entry is passed to `on_unindexed` (when given). Returns the number of entries
+  // removed. Allocates nothing.
+  int64_t erase_block(BlockRef block, const std::function<void(BlockRef)>& on_unindexed = nullptr);
 
   bool contains(EntryId id) const { return entries_.count(id.value()) > 0; }
   const PrefixEntry& entry(EntryId id) const;
@@ -75,7 +78,7 @@ class PrefixIndex {
 
  private:
   static uint64_t hash_of(const PrefixEntryKey& key);
-  void erase_entry(EntryId id, int64_t& removed);
+  void erase_entry(EntryId id, int64_t& removed, const std::function<void(BlockRef)>& on_unindexed);
 
   std::unordered_map<int64_t, PrefixEntry> entries_;
   std::unordered_map<uint64_t, std::vector<EntryId>> buckets_;

@@ -149,8 +149,38 @@ ReaderState& Engine::State::reader(ReaderRef ref) {
 }
 const ReaderState& Engine::State::reader(ReaderRef ref) const { return const_cast<State*>(this)->reader(ref); }
 
+int64_t Engine::base_row_bytes(const LlamaModel& model, const EngineOptions& options) {
+  const ModelConfig& c = model.config();
+  const int64_t heads_per_group = options.per_head_token_sets ? 1 : c.num_kv_heads;
+  const int64_t lanes = c.num_layers * (c.num_kv_heads / heads_per_group);
+  const int64_t element_bytes = model.dtype() == at::kBFloat16 ? 2 : 4;
+  return lanes * (2 * heads_per_group * c.head_dim * element_bytes + static_cast<int64_t>(sizeof(int32_t)));
+}
+
+// The one place pool sizes come from: rows given, or rows that fit kv_pool_bytes.
+static EngineOptions sized_pools(const LlamaModel& model, EngineOptions o) {
+  if (o.kv_pool_bytes < 0 || o.residual_rows_per_base_row < 0) {
+    throw ConfigError("EngineOptions::kv_pool_bytes and residual_rows_per_base_row cannot be negative");
+  }
+  if (o.kv_pool_bytes == 0) return o;
+  const int64_t row = Engine::base_row_bytes(model, o);
+  o.base_rows = o.kv_pool_bytes / row;
+  if (o.base_rows < o.block_size) {
+    throw ConfigError("the KV pool cannot hold one block",
+                      {"", "EngineOptions::kv_pool_bytes", "at least " + std::to_string(row * o.block_size) + " bytes",
+                       std::to_string(o.kv_pool_bytes), ""});
+  }
+  const double residual = static_cast<double>(o.base_rows) * o.residual_rows_per_base_row;
+  if (residual > 0x1p62) {
+    throw ConfigError("the residual pools are too large", {"", "EngineOptions::residual_rows_per_base_row", "", "", ""});
+  }
+  o.residual_rows = std::max<int64_t>(o.block_size, static_cast<int64_t>(residual));
+  return o;
+}
+
 Engine::Engine(const LlamaModel& model, EngineOptions options)
-    : model_(model), options_(options), state_(std::make_unique<State>()) {
+    : model_(model), options_(sized_pools(model, options)), state_(std::make_unique<State>()) {
+  options = options_;
   const ModelConfig& c = model.config();
   if (c.head_dim % 32 != 0 || c.head_dim > 256) {
     throw ConfigError("the engine's fused attention takes head sizes that are multiples of 32 up to 256",
@@ -244,28 +274,6 @@ void Engine::append(ContextId context, const std::vector<int32_t>& tokens) {
   c.tokens.insert(c.tokens.end(), tokens.begin(), tokens.end());
 }
 
-at::Tensor Engine::prefill(ReaderRef reader) {
-  at::Tensor last;
-  while (pending_tokens(reader) > 0) {
-    const int64_t before = pending_tokens(reader);
-    StepWork w;
-    w.reader = reader;
-    w.kind = StepWork::Kind::kContext;
-    StepResult r = step({w});
-    if (!r.ok) {
-      throw CapacityError("the cache cannot hold the context's next chunk: " + r.admissions.front().reason,
-                          {"", "context " + std::to_string(reader.context.value()), "", "",
-                           "raise EngineOptions::base_rows / residual_rows or release contexts"});
-    }
-    const StepOutput& out = r.outputs.front();
-    LORAKV_ASSERT(out.tokens_processed > 0 || pending_tokens(reader) < before,
-                  "prefill made no progress on context " << reader.context.value());
-    last = out.logits.size(0) > 0 && pending_tokens(reader) == 0 ? out.logits[out.logits.size(0) - 1] : at::Tensor();
-    if (pending_tokens(reader) > 0 && observer_) observer_->between_chunks(reader.context);
-  }
-  return last;
-}
-
 void Engine::remove_reader(ReaderRef ref) {
   ContextState& c = state_->context(ref.context);
   ReaderState& r = state_->reader(ref);  // throws for an unknown reader or one that left
@@ -300,9 +308,35 @@ void Engine::remove_reader(ReaderRef ref) {
 
 const std::vector<int32_t>& Engine::private_tokens(ReaderRef reader) const { return state_->reader(reader).private_tokens; }
 
+// The sequence whose rows the reader's private rows can become at commit: rows equal to
+// what processing the reply as context would write (docs/sharing_modes.md, "Commit"):
+// `full` (the reader's own rows) and `full_shared` with writer `first` (the shared rows are
+// whoever processes first's full rows). Only when nothing was appended since the reply began
+// and the rows before it are all there. Invalid otherwise: the reply is processed again.
+SeqId Engine::adoption_target(const ContextState& c, const ReaderState& r) const {
+  SeqId target;
+  if (c.options.mode == SharingMode::kFull) target = r.own_seq;
+  if (c.options.mode == SharingMode::kFullShared && c.options.writer == SharedWriter::kFirst) target = c.shared_seq;
+  const auto n = static_cast<int64_t>(c.tokens.size());
+  if (!target.valid() || !r.private_seq.valid() || r.private_after != n) return SeqId();
+  const cache::SequenceState& t = cache_->manager().sequence(target);
+  if (static_cast<int64_t>(t.tokens.size()) != n || !t.residuals.empty()) return SeqId();
+  return target;
+}
+
 int64_t Engine::commit_private(ReaderRef reader) {
+  ContextState& c = state_->context(reader.context);
   ReaderState& r = state_->reader(reader);
   const std::vector<int32_t> tokens = r.private_tokens;
+  const SeqId target = adoption_target(c, r);
+  if (target.valid() && cache_->adopt_suffix(target, r.private_seq)) {
+    c.tokens.insert(c.tokens.end(), tokens.begin(), tokens.end());
+    r.private_seq = SeqId();  // released by adopt_suffix
+    r.private_tokens.clear();
+    r.private_after = 0;
+    ++state_->adopted_commits;
+    return static_cast<int64_t>(tokens.size());
+  }
   drop_private(reader);
   append(reader.context, tokens);
   return static_cast<int64_t>(tokens.size());
@@ -323,6 +357,8 @@ bool Engine::has_left(ReaderRef reader) const {
   return reader.index >= 0 && reader.index < static_cast<int32_t>(c.readers.size()) &&
          c.readers[static_cast<size_t>(reader.index)].left;
 }
+
+int64_t Engine::adopted_commits() const { return state_->adopted_commits; }
 
 int32_t Engine::num_readers(ContextId context) const {
   return static_cast<int32_t>(state_->context(context).readers.size());

@@ -19,8 +19,8 @@
 // prefix index only after the forward pass wrote them. A step that throws after admission
 // (an allocation failure, a kernel argument error) rolls back every reservation and every
 // row it created and rethrows: the engine is as before the step and stays usable.
-// StepObserver is told after every step and between the chunks of a long prefill.
-// Not thread-safe: one step at a time.
+// The engine runs one step when asked; runtime/driver.h is the loop that asks (chunked
+// prefill, decoding, a hook after every step). Not thread-safe: one step at a time.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -41,6 +41,8 @@
 namespace lorakv::runtime {
 
 using ContextId = StrongId<struct ContextTag>;
+struct ContextState;  // engine_state.h
+struct ReaderState;
 
 // One reader of one context.
 struct ReaderRef {
@@ -49,8 +51,14 @@ struct ReaderRef {
 };
 
 struct EngineOptions {
-  // Pool sizes, in token rows per lane (every layer and head group holds that many): the base
-  // pool, and each residual pool (one per rank, created when a rank is first needed).
+  // The pools' capacity in bytes. When set (> 0) it sizes the base pool (the most token rows
+  // per lane that fit, base_row_bytes() each) and replaces base_rows; each residual pool (one
+  // per rank, made when a rank is first needed) then holds residual_rows_per_base_row times
+  // as many rows per lane (several base_shared readers each keep their own).
+  int64_t kv_pool_bytes = 0;
+  double residual_rows_per_base_row = 1.0;
+  // Without kv_pool_bytes: pool sizes in token rows per lane (every layer and head group
+  // holds that many): the base pool, and each residual pool.
   int64_t base_rows = 32768;
   int64_t residual_rows = 32768;
   int64_t block_size = 16;
@@ -85,8 +93,11 @@ struct StepOutput {
 // Whether one work entry ran in this step.
 struct StepAdmission {
   bool admitted = true;
-  std::string reason;        // when deferred: "base pool: 12 blocks needed, 3 free"
-  cache::Capacity shortfall;  // when deferred: the entry's own need against what was free for it
+  // When deferred: "base pool: 12 blocks needed, 3 free", or "waits for the rows work entry
+  // 0 writes in this step" (an identical prefix: run it again next step and it adopts them).
+  std::string reason;
+  cache::Capacity shortfall;  // deferred for capacity: the entry's own need against what was free for it
+  int64_t waits_for = -1;     // deferred to wait: the work entry writing the rows
 };
 
 // What one step did, for schedulers, benchmarks and a server's cached-token counts.
@@ -98,14 +109,19 @@ struct StepStats {
   // Host wall time of the phases: validate + admit (planning and reservation), the forward
   // pass (with the kernel), and the commit (indexing, private tokens).
   double admit_seconds = 0, run_seconds = 0, commit_seconds = 0;
+  // Within run_seconds, summed over layers: writing the step's K/V/C rows into the pools,
+  // building the kernel's views and arguments from the block tables, and the fused kernel
+  // itself (its argument checks included).
+  double write_seconds = 0, views_seconds = 0, kernel_seconds = 0;
 };
 
 struct StepResult {
-  // false: some work entry was deferred (admissions says which; the others ran). A deferred
-  // entry changed nothing: no rows, no created sequences, no pinned prefix blocks.
+  // false: some work entry was deferred (admissions says which and why; the others ran). A
+  // deferred entry changed nothing: no rows, no created sequences, no pinned prefix blocks.
   bool ok = true;
-  // The first deferred entry's shortfall when !ok; else blocks_needed sums the admitted
-  // entries' exact needs against blocks_free before the step.
+  // capacity.ok false: the shortfall of the first entry deferred for capacity; else
+  // blocks_needed sums the admitted entries' exact needs against blocks_free (free and
+  // cached blocks) before the step.
   cache::Capacity capacity;
   std::vector<StepAdmission> admissions;  // per work entry
   std::vector<StepOutput> outputs;        // per work entry (0 logits rows when deferred)
@@ -119,15 +135,6 @@ struct EngineMemory {
   int64_t adapter_bytes = 0;       // A and B of every adapter some reader uses (each once)
 };
 
-// Told what each step did; the eviction issue decides there.
-class StepObserver {
- public:
-  virtual ~StepObserver() = default;
-  virtual void after_step(const std::vector<StepWork>& work, const StepResult& result) { (void)work, (void)result; }
-  // Between two chunks of Engine::prefill on `context`.
-  virtual void between_chunks(ContextId context) { (void)context; }
-};
-
 class Engine {
  public:
   // Throws ConfigError when the model's head size is one the fused kernel does not take.
@@ -137,7 +144,11 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   const LlamaModel& model() const { return model_; }
+  // The options as used: with kv_pool_bytes, base_rows and residual_rows are the sizes it gave.
   const EngineOptions& options() const { return options_; }
+  // Bytes one token row takes in the base pool over every layer and head group (K, V and
+  // its position), as the pools hold it: the unit kv_pool_bytes is divided by.
+  static int64_t base_row_bytes(const LlamaModel& model, const EngineOptions& options = {});
 
   // A context with these readers (null: the base model). Throws ConfigError naming the mode,
   // adapter and module when the mode cannot serve a reader (runtime/sharing_mode.h), or for
@@ -162,19 +173,20 @@ class Engine {
   // mid-reply (it has private rows) may go on replying while others append to its context.
   StepResult step(const std::vector<StepWork>& work);
 
-  // Processes everything `reader` needs of the context, in chunks (StepObserver is told
-  // between them). Returns float32 [vocab]: the reader's logits at the last context token
-  // when it processed that token, else an undefined tensor (it read rows others wrote).
-  // Throws CapacityError when the pools are full.
-  at::Tensor prefill(ReaderRef reader);
   // Context tokens `reader` still has to process (0: it can run private work).
   int64_t pending_tokens(ReaderRef reader) const;
 
   // The reader's private tokens (instruction, reply so far), in order.
   const std::vector<int32_t>& private_tokens(ReaderRef reader) const;
-  // Appends the reader's private tokens to the context and drops its private rows; the
-  // context's writer processes them like any appended text. Returns how many were appended.
+  // Appends the reader's private tokens to the context. Where its private rows equal the
+  // rows the context keeps for those tokens (`full`: the reader's own rows; `full_shared`
+  // with writer `first`), and nothing was appended since its reply began, the rows are
+  // adopted (copied over, not recomputed); otherwise they are dropped and the context's
+  // writer processes the tokens like any appended text (docs/sharing_modes.md, "Commit").
+  // Returns how many tokens were appended.
   int64_t commit_private(ReaderRef reader);
+  // Commits so far whose private rows were adopted.
+  int64_t adopted_commits() const;
   // Drops the private rows without appending them.
   void drop_private(ReaderRef reader);
 
@@ -186,21 +198,20 @@ class Engine {
 
   EngineMemory memory() const;
   const cache::PagedKvCache& cache() const { return *cache_; }
-  void set_observer(StepObserver* observer) { observer_ = observer; }
 
   struct State;  // contexts and readers (engine_state.h)
 
  private:
   void validate_work(const std::vector<StepWork>& work) const;
+  SeqId adoption_target(const ContextState& c, const ReaderState& r) const;
 
   const LlamaModel& model_;
   EngineOptions options_;
   std::unique_ptr<cache::PagedKvCache> cache_;
   std::unique_ptr<State> state_;
-  StepObserver* observer_ = nullptr;
 };
 
-// Thrown by Engine::prefill when the cache has no room; names the pool.
+// Thrown by the driver (runtime/driver.h) when the cache has no room; names the pool.
 class CapacityError : public Error {
  public:
   explicit CapacityError(const std::string& message, ErrorContext context = {})

@@ -51,6 +51,7 @@ struct Engine::State {
   std::map<int64_t, ContextState> contexts;
   int64_t next_context = 0;
   int64_t next_seq = 0;
+  int64_t adopted_commits = 0;  // commits whose private rows became the context's rows
   at::Tensor rope_cos, rope_sin;  // float32 [rows, head_dim / 2], grown on demand
 
   ContextState& context(ContextId id);

@@ -75,11 +75,13 @@ const std::vector<ReaderStream>& streams_to_fill(const ContextState& c, const Re
 class PagedAttention final : public AttentionBackend {
  public:
   PagedAttention(cache::PagedKvCache& cache, const ModelConfig& c, std::vector<Item>& items, const at::Tensor& cos,
-                 const at::Tensor& sin, double scale)
-      : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale) {}
+                 const at::Tensor& sin, double scale, StepStats& stats)
+      : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale), stats_(stats) {}
 
   void attend(const LayerAttentionInput& in, const StepPlan& plan) override {
+    const log::Stopwatch write_watch;
     write_rows(in, plan);
+    stats_.write_seconds += write_watch.seconds();
     run_kernel(in, plan);
   }
 
@@ -102,6 +104,7 @@ class PagedAttention final : public AttentionBackend {
   }
 
   void run_kernel(const LayerAttentionInput& in, const StepPlan& plan) {
+    const log::Stopwatch views_watch;
     const int64_t layer = in.layer;
     // Items reading the same rows (sequence, limit) share one base: its tiles load once.
     std::vector<size_t> order(items_.size());
@@ -173,7 +176,10 @@ class PagedAttention final : public AttentionBackend {
     p.num_bases = static_cast<int64_t>(bases.size());
     p.agents = agents.data();
     p.num_agents = static_cast<int64_t>(agents.size());
+    stats_.views_seconds += views_watch.seconds();
+    const log::Stopwatch kernel_watch;
     kernels::lora_attention(p);
+    stats_.kernel_seconds += kernel_watch.seconds();
   }
 
   cache::PagedKvCache& cache_;
@@ -182,6 +188,7 @@ class PagedAttention final : public AttentionBackend {
   const at::Tensor& cos_;
   const at::Tensor& sin_;
   double scale_;
+  StepStats& stats_;
 };
 
 }  // namespace
@@ -203,34 +210,72 @@ int64_t Engine::pending_tokens(ReaderRef ref) const {
 
 namespace {
 
-// Creates the rows a reader's work needs to exist: its context's shared sequence (or its
-// own, in full), reusing indexed blocks of the same tokens and key, and the residual
-// streams it fills or reads. Adopts blocks only; needs no free blocks.
-// Returns the context tokens whose rows it adopted from the prefix index.
-int64_t prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState& c, ReaderState& r) {
-  const cache::StorageDtype dtype = cache.manager().config().dtype;
+// The sequence a reader's first work on a context creates (its own rows in `full`, the
+// shared rows otherwise), or nullopt when it exists.
+struct NewSequence {
+  SeqId* slot = nullptr;  // where its id goes (ReaderState::own_seq or ContextState::shared_seq)
+  cache::ContentKey key;
+  cache::WriterFilter filter;
+};
+
+std::optional<NewSequence> sequence_to_create(cache::StorageDtype dtype, ContextState& c, ReaderState& r) {
   if (c.options.mode == SharingMode::kFull) {
-    if (r.own_seq.valid()) return 0;
-    r.own_seq = st.new_seq();
+    if (r.own_seq.valid()) return std::nullopt;
     cache::WriterFilter f;
     f.required = r.identity;
-    const cache::ContentKey key = own_base_key(r, dtype);
-    const cache::PrefixMatch match = cache.match_prefix(key, c.tokens, f);
-    cache.create_sequence(r.own_seq, key, match);
-    return match.num_tokens;
+    return NewSequence{&r.own_seq, own_base_key(r, dtype), f};
   }
+  if (c.shared_seq.valid()) return std::nullopt;
+  return NewSequence{&c.shared_seq, shared_base_key(c.options.mode, dtype), shared_writer_filter(c.options.writer)};
+}
+
+// The tokens a new sequence may adopt rows for: all but the last, so whoever creates it
+// processes at least one token and has logits at the end of the context.
+std::vector<int32_t> matchable_tokens(const ContextState& c) {
+  if (c.tokens.empty()) return {};
+  return std::vector<int32_t>(c.tokens.begin(), c.tokens.end() - 1);
+}
+
+// Identical prefixes in one step: the work entry of `written` (sequences that admitted
+// entries of this step reserve rows in, with their entry) whose pending rows `tokens` could
+// adopt beyond the `matched` tokens the index already holds, if any. Those rows enter the
+// index when the step commits; the entry waits for them (deferred) instead of computing
+// them again.
+std::optional<size_t> entry_writing_prefix(const cache::PagedKvCache& cache, const NewSequence& want,
+                                           const std::vector<int32_t>& tokens, int64_t matched,
+                                           const std::vector<std::pair<SeqId, size_t>>& written) {
+  const int64_t bs = cache.layout().block_size;
+  for (const auto& [seq, entry] : written) {
+    const cache::SequenceState& s = cache.manager().sequence(seq);
+    if (!s.indexable || !(s.base_key == want.key)) continue;
+    const auto limit = static_cast<int64_t>(std::min(s.tokens.size(), tokens.size())) / bs * bs;
+    int64_t common = matched;
+    while (common + bs <= limit && std::equal(tokens.begin() + common, tokens.begin() + common + bs, s.tokens.begin() + common)) {
+      common += bs;
+    }
+    if (common == matched) continue;
+    const std::vector<AdapterIdentity> writers(s.writers.begin() + matched, s.writers.begin() + common);
+    if (want.filter.accepts(writers)) return entry;
+  }
+  return std::nullopt;
+}
+
+// Creates the rows a reader's work needs to exist: its context's shared sequence (or its
+// own, in full), reusing indexed blocks (in use or cached) of the same tokens and key, and
+// the residual streams it fills or reads. Adopts blocks only; needs no free blocks.
+// Returns the context tokens whose rows it adopted from the prefix index.
+int64_t prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState& c, ReaderState& r) {
   int64_t hits = 0;
-  const cache::WriterFilter filter = shared_writer_filter(c.options.writer);
-  if (!c.shared_seq.valid()) {
-    c.shared_seq = st.new_seq();
-    const cache::ContentKey key = shared_base_key(c.options.mode, dtype);
-    const cache::PrefixMatch match = cache.match_prefix(key, c.tokens, filter);
-    cache.create_sequence(c.shared_seq, key, match);
+  if (const std::optional<NewSequence> fresh = sequence_to_create(cache.manager().config().dtype, c, r)) {
+    *fresh->slot = st.new_seq();
+    const cache::PrefixMatch match = cache.match_prefix(fresh->key, matchable_tokens(c), fresh->filter);
+    cache.create_sequence(*fresh->slot, fresh->key, match);
     hits = match.num_tokens;
   }
+  if (c.options.mode == SharingMode::kFull) return hits;
   // base_shared residual rows are always the reader's own (C_i = X_i A_i); the shared C of
   // base_lr_shared comes from the context's writer.
-  cache::WriterFilter residual_filter = filter;
+  cache::WriterFilter residual_filter = shared_writer_filter(c.options.writer);
   if (c.options.mode == SharingMode::kBaseShared) residual_filter.required = r.identity;
   for (const ReaderStream& s : streams_to_fill(c, r)) {
     const cache::SequenceState& seq = cache.manager().sequence(c.shared_seq);
@@ -372,7 +417,7 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
     while (rows < max_end) rows *= 2;
     std::tie(st.rope_cos, st.rope_sin) = model.rope_half_tables(rows);
   }
-  PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale());
+  PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale(), result.stats);
   // Logits rows: every token of the items that asked for them, the last of the others.
   const at::Tensor logits = model.forward(batch, backend);
 
@@ -407,7 +452,7 @@ void Engine::validate_work(const std::vector<StepWork>& work) const {
     const int64_t pending = pending_tokens(w.reader);
     if (!r.private_seq.valid() && pending > 0) {
       throw ConfigError("private work for a reader that has not processed its context",
-                        {"", where, "0 pending context tokens", std::to_string(pending), "call Engine::prefill first"});
+                        {"", where, "0 pending context tokens", std::to_string(pending), "process the context first (runtime/driver.h: prefill)"});
     }
     for (int32_t t : w.tokens) {
       if (t < 0 || t >= model_.config().vocab_size) {
@@ -418,82 +463,97 @@ void Engine::validate_work(const std::vector<StepWork>& work) const {
   }
 }
 
-StepResult Engine::step(const std::vector<StepWork>& work) {
-  const log::Stopwatch admit_watch;
-  validate_work(work);  // throws before anything changes
-  StepResult result;
-  result.outputs.resize(work.size());
-  result.admissions.resize(work.size());
-  result.capacity.blocks_needed.assign(static_cast<size_t>(cache_->manager().num_pools()), 0);
-  for (int32_t p = 0; p < cache_->manager().num_pools(); ++p) {
-    result.capacity.blocks_free.push_back(cache_->manager().allocator(p).num_free());
-  }
+namespace {
 
-  // Admit: entry by entry, in order, each planned against the rows earlier admitted entries
-  // reserved and reserved at once (so the count of blocks is exact), or deferred with its
-  // own changes undone. A deferred entry does not block later ones: they are planned
-  // against the rows that exist, so one that would have read the deferred entry's rows
-  // writes them itself.
-  result.stats.blocks_reserved.assign(static_cast<size_t>(cache_->manager().num_pools()), 0);
-  StepUndo undo(*cache_);
+// The admission phase of one step: what the admitted work entries reserved so far.
+struct Admission {
+  cache::PagedKvCache& cache;
+  Engine::State& state;
+  const EngineOptions& options;
+  StepUndo& undo;
+  StepResult& result;
   std::vector<Item> items;
-  for (size_t i = 0; i < work.size(); ++i) {
-    const StepWork& w = work[i];
-    ContextState& c = state_->context(w.reader.context);
-    ReaderState& r = state_->reader(w.reader);
-    undo.begin_entry(ReaderMarks::of(c, r));
-    const int64_t hits = prepare_rows(*cache_, *state_, c, r);
-    std::vector<Item> planned;
-    if (w.kind == StepWork::Kind::kContext) {
-      planned = plan_context_work(*cache_, c, r, i, w.max_tokens > 0 ? w.max_tokens : options_.prefill_chunk,
-                                  w.all_logits);
-    } else {
-      planned.push_back(plan_private_work(c, r, i, w));
+  std::vector<std::pair<SeqId, size_t>> written;  // indexable sequences receiving base rows, by entry
+};
+
+void defer(Admission& a, size_t entry, std::string reason, std::optional<cache::Capacity> shortfall,
+           std::optional<size_t> waits_for) {
+  a.undo.defer_entry();
+  StepAdmission& adm = a.result.admissions[entry];
+  adm.admitted = false;
+  adm.reason = std::move(reason);
+  if (waits_for) adm.waits_for = static_cast<int64_t>(*waits_for);
+  ++a.result.stats.deferred;
+  a.result.ok = false;
+  if (shortfall) {
+    adm.shortfall = *shortfall;
+    if (a.result.capacity.ok) {
+      a.result.capacity = *shortfall;
+      a.result.capacity.ok = false;
     }
-    std::optional<cache::Capacity> shortfall;
-    std::vector<int64_t> reserved(static_cast<size_t>(cache_->manager().num_pools()), 0);
-    for (Item& it : planned) {
-      if (w.kind == StepWork::Kind::kPrivate && !r.private_seq.valid()) {
-        r.private_seq = state_->new_seq();
-        cache_->create_suffix_sequence(r.private_seq, own_base_key(r, cache_->manager().config().dtype), r.private_after);
-        it.write_seq = it.private_seq = r.private_seq;
-      }
-      const cache::AppendRequest req = append_request(it);
-      if (req.tokens.empty() && req.residuals.empty()) continue;
-      const cache::Capacity cap = cache_->can_append(it.write_seq, req);
-      if (!cap.ok) {
-        shortfall = cap;
-        break;
-      }
-      it.slots = cache_->append(it.write_seq, req);
-      LORAKV_ASSERT(it.slots.has_value(), "append failed after can_append said yes");
-      for (size_t p = 0; p < cap.blocks_needed.size(); ++p) reserved[p] += cap.blocks_needed[p];
-    }
-    StepAdmission& admission = result.admissions[i];
-    if (shortfall) {
-      undo.defer_entry();
-      admission.admitted = false;
-      admission.shortfall = *shortfall;
-      admission.reason = shortfall_text(*shortfall);
-      ++result.stats.deferred;
-      if (result.ok) {
-        result.ok = false;
-        result.capacity = *shortfall;
-        result.capacity.ok = false;
-      }
-      continue;
-    }
-    undo.keep_entry();
-    ++result.stats.admitted;
-    result.stats.prefix_hit_tokens += hits;
-    for (size_t p = 0; p < reserved.size(); ++p) {
-      result.stats.blocks_reserved[p] += reserved[p];
-      if (result.ok) result.capacity.blocks_needed[p] += reserved[p];
-    }
-    for (Item& it : planned) items.push_back(std::move(it));
   }
-  for (const Item& it : items) result.stats.tokens_processed += it.end - it.start;
-  // Planned in order, no two items write the same rows.
+}
+
+// Plans one work entry against the rows that exist (earlier admitted entries' included),
+// reserves its rows at once so the count of blocks is exact, or defers it with its own
+// changes undone: for capacity, or to wait for rows an earlier entry writes in this step.
+void admit_entry(Admission& a, const StepWork& w, size_t entry) {
+  ContextState& c = a.state.context(w.reader.context);
+  ReaderState& r = a.state.reader(w.reader);
+  const int32_t pools = a.cache.manager().num_pools();
+  a.undo.begin_entry(ReaderMarks::of(c, r));
+  if (const std::optional<NewSequence> fresh = sequence_to_create(a.cache.manager().config().dtype, c, r)) {
+    const std::vector<int32_t> tokens = matchable_tokens(c);
+    const int64_t matched = a.cache.match_prefix(fresh->key, tokens, fresh->filter).num_tokens;
+    if (const std::optional<size_t> writer = entry_writing_prefix(a.cache, *fresh, tokens, matched, a.written)) {
+      defer(a, entry, "waits for the rows work entry " + std::to_string(*writer) + " writes in this step", std::nullopt,
+            writer);
+      return;
+    }
+  }
+  const int64_t hits = prepare_rows(a.cache, a.state, c, r);
+  std::vector<Item> planned;
+  if (w.kind == StepWork::Kind::kContext) {
+    planned = plan_context_work(a.cache, c, r, entry, w.max_tokens > 0 ? w.max_tokens : a.options.prefill_chunk,
+                                w.all_logits);
+  } else {
+    planned.push_back(plan_private_work(c, r, entry, w));
+  }
+  std::vector<int64_t> reserved(static_cast<size_t>(pools), 0);
+  for (Item& it : planned) {
+    if (w.kind == StepWork::Kind::kPrivate && !r.private_seq.valid()) {
+      r.private_seq = a.state.new_seq();
+      a.cache.create_suffix_sequence(r.private_seq, own_base_key(r, a.cache.manager().config().dtype), r.private_after);
+      it.write_seq = it.private_seq = r.private_seq;
+    }
+    const cache::AppendRequest req = append_request(it);
+    if (req.tokens.empty() && req.residuals.empty()) continue;
+    const cache::Capacity cap = a.cache.can_append(it.write_seq, req);
+    if (!cap.ok) {
+      defer(a, entry, shortfall_text(cap), cap, std::nullopt);
+      return;
+    }
+    it.slots = a.cache.append(it.write_seq, req);
+    LORAKV_ASSERT(it.slots.has_value(), "append failed after can_append said yes");
+    for (size_t p = 0; p < cap.blocks_needed.size(); ++p) reserved[p] += cap.blocks_needed[p];
+  }
+  a.undo.keep_entry();
+  StepStats& stats = a.result.stats;
+  ++stats.admitted;
+  stats.prefix_hit_tokens += hits;
+  for (size_t p = 0; p < reserved.size(); ++p) {
+    stats.blocks_reserved[p] += reserved[p];
+    if (a.result.capacity.ok) a.result.capacity.blocks_needed[p] += reserved[p];
+  }
+  for (Item& it : planned) {
+    if (it.base_from < it.end && a.cache.manager().sequence(it.write_seq).indexable) a.written.emplace_back(it.write_seq, entry);
+    stats.tokens_processed += it.end - it.start;
+    a.items.push_back(std::move(it));
+  }
+}
+
+// Planned in order, no two items write the same rows.
+void check_disjoint_writes(const std::vector<Item>& items) {
   for (size_t a = 0; a < items.size(); ++a) {
     for (size_t b = a + 1; b < items.size(); ++b) {
       const Item &x = items[a], &y = items[b];
@@ -502,12 +562,43 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
                     "two items of one step plan the same rows");
     }
   }
+}
 
+StepResult empty_result(const cache::PagedKvCache& cache, size_t entries) {
+  StepResult result;
+  result.outputs.resize(entries);
+  result.admissions.resize(entries);
+  const auto pools = static_cast<size_t>(cache.manager().num_pools());
+  result.capacity.blocks_needed.assign(pools, 0);
+  for (size_t p = 0; p < pools; ++p) {
+    result.capacity.blocks_free.push_back(cache.manager().allocator(static_cast<int32_t>(p)).num_free());
+  }
+  result.stats.blocks_reserved.assign(pools, 0);
+  return result;
+}
+
+}  // namespace
+
+// validate -> admit (plan and reserve, entry by entry) -> run (one forward) -> finish
+// (commit the reservations, record private tokens). Nothing changes before admission; any
+// throw after it rolls the whole step back (StepUndo) and propagates.
+StepResult Engine::step(const std::vector<StepWork>& work) {
+  const log::Stopwatch admit_watch;
+  validate_work(work);
+  StepResult result = empty_result(*cache_, work.size());
+  StepUndo undo(*cache_);
+  Admission admission{*cache_, *state_, options_, undo, result, {}, {}};
+  for (size_t i = 0; i < work.size(); ++i) admit_entry(admission, work[i], i);
+  std::vector<Item>& items = admission.items;
+  check_disjoint_writes(items);
   result.stats.admit_seconds = admit_watch.seconds();
+
   const log::Stopwatch run_watch;
   if (!items.empty()) run_items(model_, *cache_, *state_, items, result);
   result.stats.run_seconds = run_watch.seconds();
+
   // Everything that can fail (allocate) happens before the commit; after it, nothing may.
+  const log::Stopwatch commit_watch;
   for (StepOutput& out : result.outputs) {
     if (!out.logits.defined()) out.logits = at::empty({0, model_.config().vocab_size}, at::kFloat);
   }
@@ -518,7 +609,6 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
   }
   // The rows are written: keep the reservations and index the newly full blocks (all or
   // nothing: a failure there rolls the step back like any other).
-  const log::Stopwatch commit_watch;
   undo.commit();
   for (const Item& it : items) {
     if (it.work == kNoWork || work[it.work].kind != StepWork::Kind::kPrivate) continue;
@@ -526,7 +616,6 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
     r.private_tokens.insert(r.private_tokens.end(), it.tokens.begin(), it.tokens.end());  // reserved: no allocation
   }
   result.stats.commit_seconds = commit_watch.seconds();
-  if (observer_) observer_->after_step(work, result);
   return result;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/llama_model.h"
 #include "lorakv/runtime/sampler.h"
@@ -57,6 +58,9 @@ struct GeneratorOptions {
   // When set (and use_cache), filled after every step with the engine's memory, measured
   // from its pools: after the run it holds the last step's bytes and the peak.
   EngineMemory* memory = nullptr;
+  // When set (and use_cache), the driver's sums over the run: steps, tokens processed,
+  // prefix-hit tokens (identical prompts are computed once), host time per phase.
+  DriverStats* stats = nullptr;
 };
 
 // Runs all requests as one batch until each finishes. `tokenizer` may be null when no

@@ -16,6 +16,7 @@
 
 #include "lorakv/cli/bench/bench_memory.h"
 #include "lorakv/common/errors.h"
+#include "lorakv/runtime/driver.h"
 
 namespace lorakv::cli {
 
@@ -55,7 +56,7 @@ at::Tensor replay(BenchWorkload& w, const std::vector<AdapterPtr>& readers, runt
         engine.append(ctx, all);
         continue;
       }
-      engine.prefill({ctx, r});
+      runtime::prefill(engine, {ctx, r});
       runtime::StepWork work;
       work.reader = {ctx, r};
       work.kind = runtime::StepWork::Kind::kPrivate;

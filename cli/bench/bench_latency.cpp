@@ -16,6 +16,7 @@
 
 #include "lorakv/cli/bench/bench_memory.h"
 #include "lorakv/common/errors.h"
+#include "lorakv/runtime/driver.h"
 
 namespace lorakv::cli {
 
@@ -52,22 +53,20 @@ JoinSide prepare_join(BenchWorkload& w, SharingMode mode, const std::vector<int3
   s.engine = std::make_unique<runtime::Engine>(w.model(), sized(rows, rows));
   s.ctx = s.engine->create_context({mode, SharedWriter::kFirst}, {w.shared_a[0]});
   s.engine->append(s.ctx, text);
-  s.engine->prefill({s.ctx, 0});  // another agent processed the context (not timed)
+  runtime::prefill(*s.engine, {s.ctx, 0});  // another agent processed the context (not timed)
   return s;
 }
 
 // Seconds from a new agent's joining to its first token's logits: it processes what its
-// mode needs of the context, then its header as private tokens.
+// mode needs of the context, then its header as private tokens (one driver run).
 double time_to_first_token(BenchWorkload& w, JoinSide& s, const AdapterPtr& joiner) {
   const double start = now();
   const int32_t r = s.engine->add_reader(s.ctx, joiner);
-  s.engine->prefill({s.ctx, r});
-  runtime::StepWork work;
-  work.reader = {s.ctx, r};
-  work.kind = runtime::StepWork::Kind::kPrivate;
-  work.tokens = w.encode("<|im_start|>actor\n");
-  const runtime::StepResult res = s.engine->step({work});
-  (void)res.outputs.at(0).logits.argmax().item<int64_t>();
+  std::vector<runtime::DriverJob> jobs(1);
+  jobs[0].reader = {s.ctx, r};
+  jobs[0].suffix = w.encode("<|im_start|>actor\n");
+  runtime::Driver(*s.engine).run(jobs);
+  (void)jobs[0].logits.argmax().item<int64_t>();
   const double seconds = now() - start;
   // It leaves again (not timed): every repetition joins a context of two agents, the writer
   // and itself, as latency.csv's agents column says.
@@ -75,10 +74,11 @@ double time_to_first_token(BenchWorkload& w, JoinSide& s, const AdapterPtr& join
   return seconds;
 }
 
+// A context of `agents` agents that each processed it (not timed): the decode runs from there.
 struct DecodeSide {
   std::unique_ptr<runtime::Engine> engine;
   runtime::ContextId ctx;
-  std::vector<int32_t> next;  // each agent's next token
+  std::vector<int32_t> header;  // each agent's private turn header before its reply
 };
 
 DecodeSide prepare_decode(BenchWorkload& w, SharingMode mode, const std::vector<int32_t>& text, int64_t agents) {
@@ -90,39 +90,55 @@ DecodeSide prepare_decode(BenchWorkload& w, SharingMode mode, const std::vector<
   s.engine = std::make_unique<runtime::Engine>(w.model(), sized(base_copies * rows + agents * 512, residual_copies * rows));
   s.ctx = s.engine->create_context({mode, SharedWriter::kFirst}, readers);
   s.engine->append(s.ctx, text);
-  std::vector<runtime::StepWork> work;
   for (int32_t r = 0; r < static_cast<int32_t>(agents); ++r) {
     std::fprintf(stderr, "[%7.1f s] decode setup: %s, agent %d prefills %zu tokens ...\n", bench_seconds(),
                  runtime::sharing_mode_name(mode), r, text.size());
-    s.engine->prefill({s.ctx, r});
-    runtime::StepWork wk;
-    wk.reader = {s.ctx, r};
-    wk.kind = runtime::StepWork::Kind::kPrivate;
-    wk.tokens = w.encode("<|im_start|>planner\n");
-    work.push_back(wk);
+    runtime::prefill(*s.engine, {s.ctx, r});
   }
-  const runtime::StepResult res = s.engine->step(work);
-  for (const runtime::StepOutput& o : res.outputs) s.next.push_back(static_cast<int32_t>(o.logits[-1].argmax().item<int64_t>()));
+  s.header = w.encode("<|im_start|>planner\n");
   return s;
 }
 
-// Seconds for `steps` steps of every agent's next token (greedy).
-double decode_steps(DecodeSide& s, int64_t steps) {
-  const double start = now();
-  for (int64_t i = 0; i < steps; ++i) {
-    std::vector<runtime::StepWork> work;
-    for (size_t r = 0; r < s.next.size(); ++r) {
-      runtime::StepWork wk;
-      wk.reader = {s.ctx, static_cast<int32_t>(r)};
-      wk.kind = runtime::StepWork::Kind::kPrivate;
-      wk.tokens = {s.next[r]};
-      work.push_back(wk);
-    }
-    const runtime::StepResult res = s.engine->step(work);
-    LORAKV_CHECK(res.ok, InternalError, "decode benchmark ran out of cache");
-    for (size_t r = 0; r < s.next.size(); ++r) s.next[r] = static_cast<int32_t>(res.outputs[r].logits[0].argmax().item<int64_t>());
+// One repetition of the decode: its wall seconds, and per decode step the host time the
+// engine spent writing rows, building the kernel's views and in the kernel, and the whole step.
+struct DecodeTimes {
+  double seconds = 0;
+  double write = 0, views = 0, kernel = 0, step = 0;
+};
+
+// `steps` steps of every agent's next token (greedy), timed from the end of the step that
+// ran their headers; one driver run. The agents' replies are dropped after.
+DecodeTimes decode_steps(DecodeSide& s, int64_t steps) {
+  const auto agents = static_cast<int32_t>(s.engine->num_readers(s.ctx));
+  std::vector<runtime::DriverJob> jobs(static_cast<size_t>(agents));
+  for (int32_t r = 0; r < agents; ++r) {
+    jobs[static_cast<size_t>(r)].reader = {s.ctx, r};
+    jobs[static_cast<size_t>(r)].suffix = s.header;
+    jobs[static_cast<size_t>(r)].next = [steps, taken = int64_t{0}](const at::Tensor& logits) mutable -> std::optional<int32_t> {
+      if (taken++ == steps) return std::nullopt;
+      return static_cast<int32_t>(logits.argmax().item<int64_t>());
+    };
   }
-  return now() - start;
+  double start = 0;
+  int64_t step = 0;
+  DecodeTimes t;
+  runtime::Driver driver(*s.engine, [&](runtime::Engine&, const runtime::StepResult& res) {
+    LORAKV_CHECK(res.ok, InternalError, "decode benchmark ran out of cache");
+    if (step++ == 0) {
+      start = now();
+      return;
+    }
+    const runtime::StepStats& st = res.stats;
+    t.write += st.write_seconds;
+    t.views += st.views_seconds;
+    t.kernel += st.kernel_seconds;
+    t.step += st.admit_seconds + st.run_seconds + st.commit_seconds;
+  });
+  driver.run(jobs);
+  t.seconds = now() - start;
+  for (double* x : {&t.write, &t.views, &t.kernel, &t.step}) *x /= static_cast<double>(std::max<int64_t>(1, step - 1));
+  for (int32_t r = 0; r < agents; ++r) s.engine->drop_private({s.ctx, r});
+  return t;
 }
 
 double median(std::vector<double> v) {
@@ -171,10 +187,12 @@ void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& ou
     std::map<SharingMode, DecodeSide> sides;
     for (SharingMode m : kModes) sides.emplace(m, prepare_decode(w, m, text, agents));
     std::map<SharingMode, std::vector<double>> secs;
+    std::map<SharingMode, std::vector<DecodeTimes>> times;
     for (int64_t rep = 0; rep < o.repetitions; ++rep) {
       for (size_t k = 0; k < kModes.size(); ++k) {
         const SharingMode m = kModes[(k + static_cast<size_t>(rep)) % kModes.size()];
-        secs[m].push_back(decode_steps(sides.at(m), steps));
+        times[m].push_back(decode_steps(sides.at(m), steps));
+        secs[m].push_back(times[m].back().seconds);
       }
     }
     out << "\nAggregate decode, " << agents << " agents on one " << t << "-token context (" << steps
@@ -188,6 +206,29 @@ void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& ou
       char line[200];
       std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %s |\n", runtime::sharing_mode_name(m), tps, ratio,
                     m == SharingMode::kFull ? "" : (ratio >= 2.0 ? ">= 2x: met" : ">= 2x: missed"));
+      out << line;
+    }
+    out << "\nHost time per decode step (ms, median over repetitions of the per-step mean): rows written, the "
+           "kernel's views and arguments built, the fused kernel, the whole step\n"
+        << "| mode | write | views | kernel | step |\n| --- | ---: | ---: | ---: | ---: |\n";
+    for (SharingMode m : kModes) {
+      auto med = [&](double DecodeTimes::*field) {
+        std::vector<double> v;
+        for (const DecodeTimes& d : times[m]) v.push_back(d.*field);
+        return median(v);
+      };
+      const double write = med(&DecodeTimes::write), views = med(&DecodeTimes::views),
+                   kernel = med(&DecodeTimes::kernel), step = med(&DecodeTimes::step);
+      for (const auto& [name, value] : {std::pair<const char*, double>{"decode_step_write", write},
+                                        {"decode_step_views", views},
+                                        {"decode_step_kernel", kernel},
+                                        {"decode_step_total", step}}) {
+        csv << name << "," << t << "," << agents << "," << runtime::sharing_mode_name(m) << "," << value << ",,,"
+            << o.repetitions << "\n";
+      }
+      char line[200];
+      std::snprintf(line, sizeof line, "| %s | %.2f | %.2f | %.2f | %.2f |\n", runtime::sharing_mode_name(m),
+                    1e3 * write, 1e3 * views, 1e3 * kernel, 1e3 * step);
       out << line;
     }
   }

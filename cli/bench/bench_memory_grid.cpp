@@ -6,6 +6,7 @@
 
 #include "lorakv/cli/bench/bench_memory.h"
 #include "lorakv/common/errors.h"
+#include "lorakv/runtime/driver.h"
 
 namespace lorakv::cli {
 
@@ -69,7 +70,7 @@ GridRow run_one(BenchWorkload& w, int64_t t, int64_t n, SharingMode mode, bool p
   const runtime::ContextId ctx = engine.create_context({mode, runtime::SharedWriter::kFirst}, w.shared_a_agents(n));
   engine.append(ctx, text);
   const double start = bench_seconds();
-  for (int32_t r = 0; r < static_cast<int32_t>(n); ++r) engine.prefill({ctx, r});
+  for (int32_t r = 0; r < static_cast<int32_t>(n); ++r) runtime::prefill(engine, {ctx, r});
   GridRow row;
   row.layout = per_head ? "per_kv_head" : "per_layer";
   row.t = t;

@@ -71,7 +71,43 @@ TEST(CacheManager, ForkSharesAndCopiesOnWrite) {
   m.release(SeqId(1));
   m.release(SeqId(2));
   EXPECT_EQ(m.allocator(0).num_used(), 0);
-  EXPECT_EQ(m.index().num_entries(), 0);
+  // The indexed full block stays findable (cached); the partial blocks are free.
+  EXPECT_EQ(m.index().num_entries(), 1);
+  EXPECT_EQ(m.allocator(0).num_cached(), 4);
+  EXPECT_EQ(m.allocator(0).num_free(), 64);
+}
+
+TEST(CacheManager, ReleasedPrefixStaysFindableUntilItsBlocksAreNeeded) {
+  CacheManager m(small_config(/*base_blocks=*/16));  // 4 lanes of block_size 4
+  m.create_sequence(SeqId(1), kBase);
+  ASSERT_TRUE(m.append(SeqId(1), {iota_tokens(12), kA, {}}));  // 3 full blocks per lane
+  m.release(SeqId(1));
+  EXPECT_EQ(m.allocator(0).num_used(), 0);
+  EXPECT_EQ(m.allocator(0).num_cached(), 12);
+  EXPECT_EQ(m.allocator(0).num_free(), 16);  // cached blocks count as free
+
+  // A new sequence with the same prefix takes the cached blocks back.
+  PrefixMatch match = m.match_prefix(kBase, iota_tokens(14), WriterFilter{});
+  ASSERT_EQ(match.num_tokens, 12);
+  m.create_sequence(SeqId(2), kBase, match);
+  EXPECT_EQ(m.allocator(0).num_cached(), 0);
+  EXPECT_EQ(m.allocator(0).num_used(), 12);
+  EXPECT_EQ(m.allocator(0).refcount(m.sequence(SeqId(2)).lanes[1].table.blocks[2]), 1);
+  m.release(SeqId(2));
+
+  // Other rows need 8 blocks: the 4 free ones go first, then cached ones from the chain's
+  // tail: the third block of every lane (one index entry) goes, the first two stay.
+  m.create_sequence(SeqId(3), kBase);
+  ASSERT_TRUE(m.append(SeqId(3), {iota_tokens(8, 500), kB, {}}));
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(14), WriterFilter{}).num_tokens, 8);
+  EXPECT_EQ(m.allocator(0).num_cached(), 8);
+  EXPECT_EQ(m.allocator(0).num_used(), 8);
+  // When every block is needed, the rest of the chain goes too and nothing stale is findable.
+  m.create_sequence(SeqId(4), kBase);
+  ASSERT_TRUE(m.append(SeqId(4), {iota_tokens(8, 900), kB, {}}));
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(14), WriterFilter{}).num_tokens, 0);
+  EXPECT_EQ(m.allocator(0).num_cached(), 0);
+  EXPECT_EQ(m.index().num_entries(), 4);  // the two new sequences' own blocks
 }
 
 TEST(CacheManager, PrefixIsVerifiedByTokensAndKey) {

@@ -65,7 +65,7 @@ TEST(CacheStats, MeasuredBytesMatchTheClosedForm) {
     EXPECT_GE(s.base_k_bytes, exact_k);
     EXPECT_LT(s.base_k_bytes - exact_k, lanes * sh.block_size * sh.heads_per_group * sh.head_dim * elt);
     EXPECT_EQ(s.pools[0].blocks_used, lanes * ceil_div(sh.tokens, sh.block_size));
-    EXPECT_EQ(s.pools[0].blocks_used + s.pools[0].blocks_free, 4096);
+    EXPECT_EQ(s.pools[0].blocks_used + s.pools[0].blocks_cached + s.pools[0].blocks_free, 4096);
     EXPECT_GT(s.metadata_bytes, 0);
 
     // Per-lane eviction: bytes drop to the closed form of what each lane keeps.
@@ -95,6 +95,8 @@ TEST(CacheStats, MeasuredBytesMatchTheClosedForm) {
     cache.release(SeqId(1));
     s = cache.stats();
     EXPECT_EQ(s.bytes_in_use, 0);
+    // Every pool byte is in use, cached (still findable by prefix) or free.
+    EXPECT_EQ(s.cached_bytes + s.free_bytes, s.reserved_bytes);
     EXPECT_EQ(s.residual_bytes_total, 0);
     EXPECT_EQ(s.peak_bytes_in_use, peak);
   }

@@ -10,7 +10,8 @@
 // private rows). The writer is the first processor (`first`) or the base model (`base`).
 // Who processes what follows the engine's contract: a reader processes the context tokens
 // its mode needs from it (full, base_shared: all of them; the others: the ones nobody wrote),
-// private tokens are the reader's own full rows, and a commit appends them to the context.
+// private tokens are the reader's own full rows, and a commit appends them to the context
+// (adopting the rows where they equal the context's: `commit`).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -73,10 +74,24 @@ class SharingReference {
     return run(reader, start, start + static_cast<int64_t>(tokens.size()), Target::kPrivate, tokens);
   }
 
+  // The reply is appended to the context. Its private rows become the context's rows where
+  // they equal what processing it would write (docs/sharing_modes.md, "Commit"): in `full`
+  // (the committer's own rows) and in `full_shared` with writer `first`, when nothing was
+  // appended since the reply began and those rows reach the context's end. Otherwise the
+  // reply is processed again like any appended text.
   void commit(int reader) {
+    Rows& p = priv_[static_cast<size_t>(reader)];
+    const auto n = static_cast<int64_t>(tokens_.size());
+    Rows* target = nullptr;
+    if (mode_ == SharingMode::kFull) target = &own_[static_cast<size_t>(reader)];
+    if (mode_ == SharingMode::kFullShared && writer_ == SharedWriter::kFirst) target = &shared_;
+    if (target != nullptr && p.len > 0 && priv_after_[static_cast<size_t>(reader)] == n && target->len == n) {
+      for (int64_t l = 0; l < c_.num_layers; ++l) grow(*target, l, p.k[static_cast<size_t>(l)], p.v[static_cast<size_t>(l)]);
+      target->len += p.len;
+    }
     append(priv_tokens_[reader]);
     priv_tokens_[reader].clear();
-    priv_[static_cast<size_t>(reader)] = Rows();
+    p = Rows();
   }
 
  private:

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "lorakv/common/errors.h"
+#include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 #include "tests/runtime/tiny_engine_model.h"
 #include "tests/support/reference_values.h"
@@ -65,7 +66,7 @@ TEST_F(EngineAdmission, DeferredEntryChangesNothingAndLaterEntriesRun) {
   // A first context processed once, so its full blocks are in the index for others to adopt.
   const ContextId warm = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, {a_});
   engine.append(warm, seq_tokens(32));
-  engine.prefill({warm, 0});
+  prefill(engine, {warm, 0});
   const ContextId big = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, {a_});
   engine.append(big, seq_tokens(32));  // the same 32 tokens: two blocks to adopt ...
   engine.append(big, seq_tokens(60, 5));  // ... then more than the pool has left
@@ -108,7 +109,7 @@ TEST_F(EngineAdmission, StatsCountPrefixHitsInTokens) {
   Engine engine(model());
   const ContextId first = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, {a_});
   engine.append(first, seq_tokens(40));
-  engine.prefill({first, 0});
+  prefill(engine, {first, 0});
   const ContextId second = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, {a_});
   engine.append(second, seq_tokens(40));
   const StepResult r = engine.step({context_work(second, 0, 64)});
@@ -150,7 +151,7 @@ TEST_F(EngineAdmission, FullPoolLeavesNoTrace) {
   Engine engine(model(), small_pools());
   const ContextId warm = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, {a_});
   engine.append(warm, seq_tokens(32));
-  engine.prefill({warm, 0});
+  prefill(engine, {warm, 0});
   const cache::CacheStats before = engine.cache().stats();
   const int64_t entries = engine.cache().manager().index().num_entries();
   const size_t sequences = engine.cache().manager().sequences().size();
@@ -158,7 +159,7 @@ TEST_F(EngineAdmission, FullPoolLeavesNoTrace) {
   engine.append(c, seq_tokens(32));  // adoptable blocks first
   engine.append(c, seq_tokens(100, 9));
   try {
-    engine.prefill({c, 0});
+    prefill(engine, {c, 0});
     FAIL() << "no CapacityError";
   } catch (const CapacityError& e) {
     EXPECT_NE(std::string(e.what()).find("base pool"), std::string::npos) << e.what();
@@ -172,7 +173,7 @@ TEST_F(EngineAdmission, FullPoolLeavesNoTrace) {
   engine.release_context(c);
   const ContextId ok = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, {a_});
   engine.append(ok, seq_tokens(20));
-  EXPECT_TRUE(engine.prefill({ok, 0}).defined());
+  EXPECT_TRUE(prefill(engine, {ok, 0}).defined());
 }
 
 // Round robin: reader 0 starts a reply, reader 1 commits its own reply to the context, and
@@ -184,8 +185,8 @@ TEST_F(EngineAdmission, ReaderMidReplyContinuesAfterAnotherCommits) {
       Engine engine(model());
       const ContextId c = engine.create_context({mode, SharedWriter::kFirst}, {a_, b_});
       engine.append(c, seq_tokens(24));
-      engine.prefill({c, 0});
-      engine.prefill({c, 1});
+      prefill(engine, {c, 0});
+      prefill(engine, {c, 1});
       engine.step({private_work(c, 0, {5, 6})});
       engine.step({private_work(c, 1, {7})});
       if (commit_first) engine.commit_private({c, 1});
@@ -234,7 +235,7 @@ TEST_F(EngineAdmission, DropPrivateFreesItsRows) {
   Engine engine(model());
   const ContextId c = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {a_});
   engine.append(c, seq_tokens(20));
-  engine.prefill({c, 0});
+  prefill(engine, {c, 0});
   const int64_t context_bytes = engine.cache().stats().bytes_in_use;
   const StepResult first = engine.step({private_work(c, 0, seq_tokens(18, 2))});
   EXPECT_GT(engine.cache().stats().bytes_in_use, context_bytes);

@@ -13,12 +13,14 @@
 
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "lorakv/common/errors.h"
+#include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 #include "tests/runtime/tiny_engine_model.h"
 #include "tests/support/reference_values.h"
@@ -78,9 +80,16 @@ std::string describe_state(const Engine& e, const std::vector<ContextId>& contex
     }
     out << ", pool " << p << " references " << refs << " shared blocks " << shared;
   }
-  out << ", index entries " << e.cache().manager().index().num_entries() << ", indexed blocks "
-      << e.cache().manager().index().num_indexed_blocks() << ", sequences " << e.cache().manager().sequences().size()
-      << "\n";
+  // Indexed blocks in use. Cached blocks (unreferenced, still findable) are left out: a step
+  // that fails after it reclaimed some for its rows cannot give them back (their rows may be
+  // overwritten); it gives back the blocks, which are then free instead of cached.
+  int64_t cached = 0, available = 0;
+  for (int32_t p = 0; p < e.cache().manager().num_pools(); ++p) {
+    cached += e.cache().manager().allocator(p).num_cached();
+    available += e.cache().manager().allocator(p).num_free();
+  }
+  out << ", indexed blocks in use " << e.cache().manager().index().num_indexed_blocks() - cached
+      << ", free or cached blocks " << available << ", sequences " << e.cache().manager().sequences().size() << "\n";
   return out.str();
 }
 
@@ -250,6 +259,64 @@ TEST_F(EngineFailures, AFailedStepLeavesTheEngineAsIfItNeverRan) {
   EXPECT_GE(deferred, 5) << steps << " steps";
   std::printf("%lld steps, %lld failures injected, %lld work entries deferred\n", static_cast<long long>(steps),
               static_cast<long long>(injected), static_cast<long long>(deferred));
+}
+
+// A step that adopts a released context's cached system prompt and then fails, at any of its
+// allocations, gives the cached blocks back as cached: the prompt stays findable, and the
+// step run again adopts it. (Cached blocks a failed step reclaimed for its own rows are lost
+// instead, their rows possibly overwritten; here the pool is large enough that none is.)
+TEST_F(EngineFailures, AFailedStepKeepsTheCachedPromptFindable) {
+  EngineOptions eo;
+  eo.base_rows = 512;
+  Engine a(*tiny_.model, eo), b(*tiny_.model, eo);
+  std::vector<int32_t> system;
+  for (int32_t i = 0; i < 64; ++i) system.push_back((i * 5 + 3) % 48);
+  std::vector<int32_t> question = system;
+  question.insert(question.end(), {7, 8, 9});
+  const ContextOptions full{SharingMode::kFull, SharedWriter::kFirst};
+  for (Engine* e : {&a, &b}) {
+    const ContextId first = e->create_context(full, {adapters_[0]});
+    e->append(first, question);
+    prefill(*e, {first, 0});
+    e->release_context(first);
+  }
+  const cache::ContentKey key = cache::ContentKey::base_with_adapter(cache::StorageDtype::kFloat32, adapters_[0]->identity());
+  const cache::WriterFilter filter{adapters_[0]->identity()};
+  ASSERT_EQ(a.cache().match_prefix(key, system, filter).num_tokens, 64);
+  const ContextId ca = a.create_context(full, {adapters_[0]}), cb = b.create_context(full, {adapters_[0]});
+  a.append(ca, question);
+  b.append(cb, question);
+  StepWork w;
+  w.reader = {cb, 0};
+  t_allocations = 0;
+  const StepResult rb = b.step({w});
+  const int64_t allocations = t_allocations;
+  ASSERT_EQ(rb.stats.prefix_hit_tokens, 64);
+  w.reader = {ca, 0};
+  // Fail allocation 1, 2, ... of A's step until the step gets through: every allocation it
+  // makes has failed once. (A makes fewer than B: per-thread buffers B grew are reused.)
+  int64_t failures = 0;
+  std::optional<StepResult> ra;
+  for (int64_t k = 1; !ra && k <= 2 * allocations; ++k) {
+    t_fail_in = k;
+    try {
+      ra = a.step({w});
+    } catch (const std::exception&) {  // bad_alloc, or a torch error wrapping it
+      ++failures;
+    }
+    t_fail_in = 0;
+    if (ra) break;
+    ASSERT_EQ(a.pending_tokens({ca, 0}), static_cast<int64_t>(question.size())) << "allocation " << k;
+    ASSERT_EQ(a.cache().stats().bytes_in_use, 0) << "allocation " << k;
+    ASSERT_EQ(a.cache().match_prefix(key, system, filter).num_tokens, 64) << "allocation " << k;
+  }
+  ASSERT_TRUE(ra.has_value());
+  EXPECT_GT(failures, allocations / 2);
+  EXPECT_EQ(ra->stats.prefix_hit_tokens, 64);
+  EXPECT_LT(lorakv::testing::relative_error(ra->outputs[0].logits, rb.outputs[0].logits),
+            lorakv::testing::kFloat32LogitsTolerance);
+  std::printf("%lld allocations of the step failed one by one; the cached prompt stayed findable\n",
+              static_cast<long long>(failures));
 }
 
 }  // namespace

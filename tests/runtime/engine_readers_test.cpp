@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lorakv/common/errors.h"
+#include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 #include "tests/runtime/tiny_engine_model.h"
 #include "tests/support/reference_values.h"
@@ -41,10 +42,10 @@ TEST(EngineReaders, ALeavingReaderTakesItsRowsAndStreamsAlong) {
     Engine engine(*tiny.model);
     const ContextId c = engine.create_context({mode, SharedWriter::kFirst}, {stay});
     engine.append(c, text(40));
-    engine.prefill({c, 0});
+    prefill(engine, {c, 0});
     const cache::CacheStats alone_bytes = engine.cache().stats();
     const int32_t joined = engine.add_reader(c, leaver);
-    engine.prefill({c, joined});
+    prefill(engine, {c, joined});
     engine.step({private_work(c, 0, {1, 2}), private_work(c, joined, {3, 4, 5})});
     const cache::CacheStats with_leaver = engine.cache().stats();
     EXPECT_GT(with_leaver.bytes_in_use, alone_bytes.bytes_in_use) << sharing_mode_name(mode);
@@ -65,7 +66,7 @@ TEST(EngineReaders, ALeavingReaderTakesItsRowsAndStreamsAlong) {
     Engine never(*tiny.model);
     const ContextId c2 = never.create_context({mode, SharedWriter::kFirst}, {stay});
     never.append(c2, text(40));
-    never.prefill({c2, 0});
+    prefill(never, {c2, 0});
     never.step({private_work(c2, 0, {1, 2})});
     EXPECT_EQ(after.bytes_in_use, never.cache().stats().bytes_in_use)
         << sharing_mode_name(mode) << ": the bytes are those of an engine the leaver never joined";

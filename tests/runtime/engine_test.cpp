@@ -24,6 +24,7 @@
 #include "lorakv/formats/bpe_tokenizer.h"
 #include "lorakv/formats/gguf_file.h"
 #include "lorakv/formats/tokenizer_gguf.h"
+#include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/llama_model.h"
 #include "tests/reference/sharing_reference.h"
@@ -255,9 +256,29 @@ TEST_F(EngineModes, SharedModesDifferFromFullWithDifferentAdapters) {
 }
 
 // With writer first and one reader, or all readers on one adapter, the shared-base modes
-// are exact: they equal full.
+// are exact: they equal full. Every event where both produced logits is compared (a reader
+// that read rows others wrote produces none); the test fails if fewer than half of the
+// events were, so it cannot pass by skipping them.
 TEST_F(EngineModes, SharedBaseModesEqualFullForOneReaderOrOneAdapter) {
   const AdapterPtr planner = adapter("qv_shared_a.planner");
+  // Largest difference over the events `t` has logits for, and how many those were.
+  auto compare = [](const Trace& t, const Trace& full, int64_t& compared) {
+    double worst = 0;
+    compared = 0;
+    EXPECT_EQ(t.logits.size(), full.logits.size());
+    for (size_t i = 0; i < t.logits.size() && i < full.logits.size(); ++i) {
+      if (t.logits[i].numel() == 0 || full.logits[i].numel() == 0) continue;
+      // A commit adopts the reply's rows in full but not in the residual modes, which then
+      // process the reply again: their event has more rows. The rows of the tokens both
+      // processed, the last ones, are compared.
+      const int64_t rows = std::min(t.logits[i].size(0), full.logits[i].size(0));
+      worst = std::max(worst, max_diff(t.logits[i].narrow(0, t.logits[i].size(0) - rows, rows),
+                                       full.logits[i].narrow(0, full.logits[i].size(0) - rows, rows)));
+      ++compared;
+    }
+    EXPECT_GE(2 * compared, static_cast<int64_t>(t.logits.size())) << "too few events compared";
+    return worst;
+  };
   for (const std::vector<AdapterPtr>& readers :
        {std::vector<AdapterPtr>{planner, planner, planner}, std::vector<AdapterPtr>{adapter("all_linear.actor"),
                                                                                       adapter("all_linear.actor"),
@@ -265,24 +286,16 @@ TEST_F(EngineModes, SharedBaseModesEqualFullForOneReaderOrOneAdapter) {
     const Trace full = engine_trace({SharingMode::kFull, SharedWriter::kFirst}, readers);
     for (SharingMode m : {SharingMode::kBaseShared, SharingMode::kBaseLrShared}) {
       if (m == SharingMode::kBaseLrShared && readers[0]->name() == "all_linear.actor") continue;  // q/v only
-      const Trace t = engine_trace({m, SharedWriter::kFirst}, readers);
-      double worst = 0;
-      for (size_t i = 0; i < t.logits.size(); ++i) {
-        // A reader that read rows others wrote (equal adapters share them) ran fewer tokens.
-        if (t.logits[i].sizes() != full.logits[i].sizes() || t.logits[i].numel() == 0) continue;
-        worst = std::max(worst, max_diff(t.logits[i], full.logits[i]));
-      }
+      int64_t compared = 0;
+      const double worst = compare(engine_trace({m, SharedWriter::kFirst}, readers), full, compared);
       EXPECT_LT(worst, kTolerance) << sharing_mode_name(m) << " with " << readers[0]->name();
+      std::printf("  %-15s with %s: %lld events equal full within %.3g\n", sharing_mode_name(m), readers[0]->name().c_str(),
+                  static_cast<long long>(compared), worst);
     }
     // Writer base differs by definition (the base model's hidden states fill the rows).
-    const Trace based = engine_trace({SharingMode::kBaseShared, SharedWriter::kBase}, readers);
-    double worst = 0;
-    for (size_t i = 0; i < based.logits.size(); ++i) {
-      if (based.logits[i].sizes() == full.logits[i].sizes() && based.logits[i].numel() > 0) {
-        worst = std::max(worst, max_diff(based.logits[i], full.logits[i]));
-      }
-    }
-    EXPECT_GT(worst, 100 * kTolerance);
+    int64_t compared = 0;
+    EXPECT_GT(compare(engine_trace({SharingMode::kBaseShared, SharedWriter::kBase}, readers), full, compared),
+              100 * kTolerance);
   }
 }
 
@@ -313,7 +326,7 @@ TEST_F(EngineModes, ContextChunksRunBesideOtherReadersDecodeSteps) {
     const ContextId b = e.create_context({SharingMode::kFull, SharedWriter::kFirst}, {readers[2]});
     e.append(a, t[0]);
     e.append(b, t[4]);
-    e.prefill({a, 0});
+    prefill(e, {a, 0});
     return std::make_pair(a, b);
   };
   auto private_work = [](ReaderRef r, std::vector<int32_t> tokens) {
@@ -362,7 +375,7 @@ TEST_F(EngineModes, AdapterOfANewRankGetsItsOwnPool) {
   const ContextId ctx = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, {planner});
   EXPECT_EQ(engine.cache().manager().num_pools(), 2);  // base, rank 8
   engine.append(ctx, turns()[0]);
-  engine.prefill({ctx, 0});
+  prefill(engine, {ctx, 0});
   EXPECT_EQ(engine.add_reader(ctx, rank4), 1);
   ASSERT_EQ(engine.cache().manager().num_pools(), 3);
   EXPECT_EQ(engine.cache().manager().pool_rank(2), 4);
@@ -424,7 +437,7 @@ TEST_F(EngineTest, FullPoolIsReportedNotCorrupted) {
   Engine engine(*model_, eo);
   const ContextId ctx = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, role_set("qv_shared_a"));
   engine.append(ctx, encode(std::string(400, 'a')));
-  EXPECT_THROW(engine.prefill({ctx, 0}), CapacityError);
+  EXPECT_THROW(prefill(engine, {ctx, 0}), CapacityError);
   StepWork w;
   w.reader = {ctx, 0};
   w.max_tokens = 64;
@@ -490,7 +503,7 @@ TEST_F(EngineTest, MemoryAccountingMatchesTheClosedForm) {
     Engine engine(*model_);
     const ContextId ctx = engine.create_context({m, SharedWriter::kFirst}, readers);
     engine.append(ctx, text);
-    for (int r = 0; r < 3; ++r) engine.prefill({ctx, r});
+    for (int r = 0; r < 3; ++r) prefill(engine, {ctx, r});
     const EngineMemory mem = engine.memory();
     const int64_t copies = m == SharingMode::kFull ? 3 : 1;
     const int64_t kv = copies * c.num_layers * blocks * bs * c.num_kv_heads * c.head_dim * 4;
@@ -520,13 +533,13 @@ TEST_F(EngineTest, SecondContextReusesMatchingBlocksByTokenIds) {
   for (SharedWriter w : {SharedWriter::kBase, SharedWriter::kFirst}) {
     const ContextId first = engine.create_context({SharingMode::kBaseShared, w}, {a});
     engine.append(first, text);
-    const at::Tensor first_logits = engine.prefill({first, 0});
+    const at::Tensor first_logits = prefill(engine, {first, 0});
     const int64_t base = used_blocks(0), residual = used_blocks(1);
     // The same tokens and key: only the partial last block is new, base and C alike, and
     // the reused rows give the same logits.
     const ContextId second = engine.create_context({SharingMode::kBaseShared, w}, {a});
     engine.append(second, text);
-    const at::Tensor second_logits = engine.prefill({second, 0});
+    const at::Tensor second_logits = prefill(engine, {second, 0});
     EXPECT_EQ(used_blocks(0) - base, lanes) << shared_writer_name(w);
     EXPECT_EQ(used_blocks(1) - residual, lanes) << shared_writer_name(w);
     EXPECT_LT(max_diff(second_logits, first_logits), kTolerance);
@@ -536,7 +549,7 @@ TEST_F(EngineTest, SecondContextReusesMatchingBlocksByTokenIds) {
     const ContextId third = engine.create_context({SharingMode::kBaseShared, w}, {a});
     engine.append(third, other);
     const int64_t before = used_blocks(0);
-    engine.prefill({third, 0});
+    prefill(engine, {third, 0});
     EXPECT_EQ(used_blocks(0) - before, base) << "every block of the context is new";
     for (ContextId c : {first, second, third}) engine.release_context(c);
     EXPECT_EQ(engine.cache().stats().bytes_in_use, 0);
@@ -544,11 +557,11 @@ TEST_F(EngineTest, SecondContextReusesMatchingBlocksByTokenIds) {
   // Another adapter does not reuse base_shared C rows, and full rows are keyed by adapter.
   const ContextId mine = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {a});
   engine.append(mine, text);
-  engine.prefill({mine, 0});
+  prefill(engine, {mine, 0});
   const int64_t base = used_blocks(0);
   const ContextId theirs = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {adapter("qv_shared_a.planner")});
   engine.append(theirs, text);
-  engine.prefill({theirs, 0});
+  prefill(engine, {theirs, 0});
   EXPECT_EQ(used_blocks(0), 2 * base);
 }
 

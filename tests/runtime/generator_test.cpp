@@ -171,6 +171,9 @@ TEST_F(Generator, TextEndingMidCharacterKeepsItsBytesInOrder) {
   EXPECT_EQ(out.text, tok().decode(first_k, false));
 }
 
+// The seed decides the sample: the same seed gives the same tokens, in separate calls and
+// side by side in one batch, and other seeds give other tokens (a sampler that ignored the
+// seed, shared one generator between requests or fell back to greedy would fail).
 TEST_F(Generator, SameSeedSameTokensThroughGenerate) {
   GenerationRequest r = greedy_request();
   r.max_new_tokens = 8;
@@ -179,6 +182,19 @@ TEST_F(Generator, SameSeedSameTokensThroughGenerate) {
   const std::vector<int32_t> a = generate(model(), &tok(), {r})[0].tokens;
   const std::vector<int32_t> b = generate(model(), &tok(), {r})[0].tokens;
   EXPECT_EQ(a, b);
+  const std::vector<int32_t> greedy = generate(model(), &tok(), {greedy_request()})[0].tokens;
+  std::vector<GenerationRequest> batch(6, r);
+  for (size_t i = 1; i < batch.size(); ++i) batch[i].sampling.seed = 42 + 1000 * static_cast<uint64_t>(i);
+  batch.push_back(r);  // seed 42 again, beside the others
+  const std::vector<GenerationOutput> out = generate(model(), &tok(), batch);
+  EXPECT_EQ(out.front().tokens, a);
+  EXPECT_EQ(out.back().tokens, a);
+  int differ = 0;
+  for (size_t i = 1; i + 1 < out.size(); ++i) differ += out[i].tokens != a ? 1 : 0;
+  EXPECT_GE(differ, 4) << "five other seeds, temperature 1: at most one may repeat seed 42's 8 tokens";
+  int not_greedy = 0;
+  for (const GenerationOutput& o : out) not_greedy += o.tokens != std::vector<int32_t>(greedy.begin(), greedy.begin() + 8) ? 1 : 0;
+  EXPECT_GE(not_greedy, 4);
 }
 
 }  // namespace

@@ -113,10 +113,10 @@ class HfParity : public ::testing::Test {
     return lorakv::testing::relative_error(ours, ref);
   }
 
-  // Greedy decoding checked step by step against the reference. At each step our argmax
-  // must equal the reference's token, except where the reference's own top-2 margin is
-  // below the tolerance (a near tie): then the margin is printed and we continue from the
-  // reference's token, as from every other step. Since every step continues from the
+  // Greedy decoding checked step by step against the reference under the near-tie rule
+  // (docs/testing.md): our argmax must equal the reference's token, except where the
+  // reference's own top-2 margin is below the tolerance; every step continues from the
+  // reference's token. Since every step continues from the
   // reference's token, decoding without a cache (recomputing the whole sequence each
   // step) equals one causal forward over prompt + reference tokens: step s reads the
   // logits at position len(prompt) - 1 + s. With the cache, each step is a one-token
