@@ -52,11 +52,20 @@ kernels::PagedStorage storage_of(const at::Tensor& rows, StorageDtype dtype, int
   return s;
 }
 
-kernels::LaneRows add_lane(detail::PagedLanes& out, const BlockTable& table, int64_t num_rows) {
+kernels::LaneRows add_lane(detail::PagedLanes& out, const BlockTable& table, int64_t num_rows, int64_t max_position) {
   std::vector<int32_t>& ids = out.tables.emplace_back();
   ids.reserve(table.blocks.size());
   for (BlockId b : table.blocks) ids.push_back(static_cast<int32_t>(b.value()));
-  return {nullptr, num_rows};  // blocks set once `tables` stops growing
+  kernels::LaneRows lane;  // blocks set once `tables` stops growing
+  lane.num_rows = num_rows;
+  lane.max_rope_position = max_position;
+  return lane;
+}
+
+// The position of the lane's row `rows - 1` (positions ascend: the largest of the first
+// `rows`), from the host mirror; -1 for no rows.
+int64_t last_position(const BaseLane& lane, int64_t rows) {
+  return rows > 0 ? lane.positions[static_cast<size_t>(rows - 1)] : -1;
 }
 
 // Rows of a base lane with a stored position below `limit` (positions ascend).
@@ -82,23 +91,40 @@ const ResidualStream& find_stream(const PagedKvCache& cache, SeqId seq, const Co
 
 }  // namespace
 
+namespace detail {
+
+kernels::PagedStorage base_storage(const PagedKvCache& cache) {
+  const BlockPool& pool = cache.pool(0);
+  check_on_cpu(pool.a(), 0, "attention views");
+  // k: [num_blocks, block_size, heads_per_group, head_dim]; V alike; positions int32 [num_blocks, block_size].
+  kernels::PagedStorage st = storage_of(pool.a(), pool.spec().dtype, pool.a().stride(2));
+  LORAKV_ASSERT(pool.b().strides() == pool.a().strides() && pool.positions().is_contiguous(),
+                "base pool tensors out of step");
+  st.v = pool.b().data_ptr();
+  st.positions = pool.positions().data_ptr<int32_t>();
+  return st;
+}
+
+kernels::PagedStorage residual_storage(const PagedKvCache& cache, int32_t pool_id) {
+  const BlockPool& pool = cache.pool(pool_id);
+  check_on_cpu(pool.a(), pool_id, "attention views");
+  // C: [num_blocks, block_size, rank]; head_stride 0: one C per row for all KV heads of a lane.
+  return storage_of(pool.a(), pool.spec().dtype, 0);
+}
+
+}  // namespace detail
+
 BaseLayerView BaseLayerView::of(const PagedKvCache& cache, SeqId seq, int64_t layer, int64_t position_limit) {
   const char* op = "BaseLayerView::of";
   check_sequence_and_layer(cache, seq, layer, op);
   const CacheLayout& l = cache.layout();
-  const BlockPool& pool = cache.pool(0);
-  check_on_cpu(pool.a(), 0, op);
   auto out = std::make_unique<detail::PagedLanes>();
-  // k: [num_blocks, block_size, heads_per_group, head_dim]; V alike; positions int32 [num_blocks, block_size].
-  out->storage = storage_of(pool.a(), pool.spec().dtype, pool.a().stride(2));
-  LORAKV_ASSERT(pool.b().strides() == pool.a().strides() && pool.positions().is_contiguous(),
-                "base pool tensors out of step");
-  out->storage.v = pool.b().data_ptr();
-  out->storage.positions = pool.positions().data_ptr<int32_t>();
+  out->storage = detail::base_storage(cache);
   const SequenceState& s = cache.manager().sequence(seq);
   for (int64_t g = 0; g < l.num_groups(); ++g) {
     const BaseLane& lane = s.lanes.at(static_cast<size_t>(l.lane(layer, g)));
-    out->lanes.push_back(add_lane(*out, lane.table, rows_below(lane, position_limit)));
+    const int64_t rows = rows_below(lane, position_limit);
+    out->lanes.push_back(add_lane(*out, lane.table, rows, last_position(lane, rows)));
   }
   point_lanes_at_tables(*out);
   return BaseLayerView(std::move(out), l.heads_per_group);
@@ -115,12 +141,8 @@ ResidualLayerView ResidualLayerView::of(const PagedKvCache& cache, SeqId seq, co
   const ResidualStream& r = find_stream(cache, seq, stream, op);
   const int64_t rank = r.ranks.at(static_cast<size_t>(layer));
   if (rank == 0) return ResidualLayerView(nullptr, 0);
-  const int32_t pool_id = r.pools.at(static_cast<size_t>(layer));
-  const BlockPool& pool = cache.pool(pool_id);
-  check_on_cpu(pool.a(), pool_id, op);
   auto out = std::make_unique<detail::PagedLanes>();
-  // C: [num_blocks, block_size, rank]; head_stride 0: one C per row for all KV heads of a lane.
-  out->storage = storage_of(pool.a(), pool.spec().dtype, 0);
+  out->storage = detail::residual_storage(cache, r.pools.at(static_cast<size_t>(layer)));
   const CacheLayout& l = cache.layout();
   const SequenceState& s = cache.manager().sequence(seq);
   for (int64_t g = 0; g < l.num_groups(); ++g) {
@@ -130,7 +152,7 @@ ResidualLayerView ResidualLayerView::of(const PagedKvCache& cache, SeqId seq, co
                  op << ": the stream holds C rows for " << rows << " of the " << base_rows << " base rows of layer "
                     << layer << ", head group " << g << " (covers positions below " << r.covered
                     << "); append its rows before attending");
-    out->lanes.push_back(add_lane(*out, r.lanes.at(lane), base_rows));
+    out->lanes.push_back(add_lane(*out, r.lanes.at(lane), base_rows, last_position(s.lanes.at(lane), base_rows)));
   }
   point_lanes_at_tables(*out);
   return ResidualLayerView(std::move(out), rank);

@@ -17,6 +17,12 @@
 namespace lorakv::cache {
 
 namespace detail {
+// The kernel's storage of the base pool (K, V, positions) and of a residual pool (C rows; one
+// C per row for every KV head of a lane). Throw InvalidArgumentError for a pool that is not
+// in CPU memory.
+kernels::PagedStorage base_storage(const PagedKvCache& cache);
+kernels::PagedStorage residual_storage(const PagedKvCache& cache, int32_t pool);
+
 // A pool's storage and a layer's lane tables. Heap-held, so the pointers the kernel structs
 // carry (storage, lanes, blocks) stay valid when a view is moved.
 struct PagedLanes {

@@ -84,7 +84,29 @@ std::optional<AppendSlots> PagedKvCache::append(SeqId seq, const AppendRequest& 
   return slots;
 }
 
-void PagedKvCache::write_base(const AppendSlots& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+WritePlan PagedKvCache::plan_writes(const AppendSlots& slots) const {
+  WritePlan plan;
+  auto lane_of = [&](const LaneSlots& s, bool residual) {
+    WritePlan::Lane lane;
+    lane.pool = s.pool;
+    if (s.slots.empty()) return lane;
+    lane.slots = long_tensor(s.slots);
+    if (residual) {
+      lane.token_offsets = long_tensor(s.token_offsets);
+      lane.rows_needed = *std::max_element(s.token_offsets.begin(), s.token_offsets.end()) + 1;
+    }
+    return lane;
+  };
+  for (const LaneSlots& s : slots.base) plan.base.push_back(lane_of(s, false));
+  plan.num_tokens = slots.base.empty() ? 0 : static_cast<int64_t>(slots.base.front().slots.size());
+  for (const std::vector<LaneSlots>& r : slots.residual) {
+    std::vector<WritePlan::Lane>& lanes = plan.residual.emplace_back();
+    for (const LaneSlots& s : r) lanes.push_back(lane_of(s, true));
+  }
+  return plan;
+}
+
+void PagedKvCache::write_base(const WritePlan& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   const CacheLayout& l = layout();
   check_layer(l, layer, "write_base");
   LORAKV_CHECK(k.defined() && v.defined() && k.dim() == 3 && k.size(1) == l.num_kv_heads && k.size(2) == l.head_dim &&
@@ -95,17 +117,17 @@ void PagedKvCache::write_base(const AppendSlots& slots, int64_t layer, const at:
   LORAKV_CHECK(static_cast<int64_t>(slots.base.size()) == l.num_lanes(), InvalidArgumentError,
                "write_base: the slots are not from this cache's append (" << slots.base.size() << " lanes, not "
                                                                           << l.num_lanes() << ")");
+  LORAKV_CHECK(slots.num_tokens == k.size(0), InvalidArgumentError,
+               "write_base: k, v rows for the append's " << slots.num_tokens << " tokens expected, got " << k.size(0));
+  if (slots.num_tokens == 0) return;
   for (int64_t g = 0; g < l.num_groups(); ++g) {
-    const LaneSlots& lane = slots.base[static_cast<size_t>(l.lane(layer, g))];
-    LORAKV_CHECK(static_cast<int64_t>(lane.slots.size()) == k.size(0), InvalidArgumentError,
-                 "write_base: k, v rows for the append's " << lane.slots.size() << " tokens expected, got "
-                                                           << k.size(0));
-    pools_[0].write(long_tensor(lane.slots), k.narrow(1, g * l.heads_per_group, l.heads_per_group),
+    const WritePlan::Lane& lane = slots.base[static_cast<size_t>(l.lane(layer, g))];
+    pools_[0].write(lane.slots, k.narrow(1, g * l.heads_per_group, l.heads_per_group),
                     v.narrow(1, g * l.heads_per_group, l.heads_per_group));
   }
 }
 
-void PagedKvCache::write_residual(const AppendSlots& slots, size_t index, int64_t layer, const at::Tensor& c) {
+void PagedKvCache::write_residual(const WritePlan& slots, size_t index, int64_t layer, const at::Tensor& c) {
   const CacheLayout& l = layout();
   check_layer(l, layer, "write_residual");
   LORAKV_CHECK(index < slots.residual.size() && static_cast<int64_t>(slots.residual[index].size()) == l.num_lanes(),
@@ -114,16 +136,17 @@ void PagedKvCache::write_residual(const AppendSlots& slots, size_t index, int64_
   LORAKV_CHECK(c.defined() && c.dim() == 2 && c.is_floating_point(), InvalidArgumentError,
                "write_residual: float residual rows c [T, rank] expected, got " << sizes_of(c));
   for (int64_t g = 0; g < l.num_groups(); ++g) {
-    const LaneSlots& lane = slots.residual[index][static_cast<size_t>(l.lane(layer, g))];
-    if (lane.slots.empty()) continue;
+    const WritePlan::Lane& lane = slots.residual[index][static_cast<size_t>(l.lane(layer, g))];
+    if (!lane.slots.defined()) continue;
     const int64_t rank = manager_.pool_rank(lane.pool);
-    const int64_t needed = *std::max_element(lane.token_offsets.begin(), lane.token_offsets.end()) + 1;
-    LORAKV_CHECK(c.size(1) == rank && c.size(0) >= needed, InvalidArgumentError,
-                 "write_residual: rows c [T >= " << needed << ", " << rank << "] expected at layer " << layer
+    LORAKV_CHECK(c.size(1) == rank && c.size(0) >= lane.rows_needed, InvalidArgumentError,
+                 "write_residual: rows c [T >= " << lane.rows_needed << ", " << rank << "] expected at layer " << layer
                                                  << ", got " << c.sizes());
-    // Only the positions this lane keeps get a residual row (per-head token sets).
-    const at::Tensor rows = c.index_select(0, long_tensor(lane.token_offsets).to(c.device()));
-    pools_[static_cast<size_t>(lane.pool)].write(long_tensor(lane.slots), rows);
+    // Only the positions this lane keeps get a residual row (per-head token sets); all of
+    // them when the lane keeps every position (no gather).
+    const bool all = lane.rows_needed == lane.slots.numel() && lane.rows_needed == c.size(0);
+    const at::Tensor rows = all ? c : c.index_select(0, lane.token_offsets.to(c.device()));
+    pools_[static_cast<size_t>(lane.pool)].write(lane.slots, rows);
   }
 }
 

@@ -34,6 +34,19 @@ struct GatheredResidual {
   at::Tensor positions;  // int64 [N_r]: the positions of those base rows
 };
 
+// One append's write slots as index tensors (PagedKvCache::plan_writes).
+struct WritePlan {
+  struct Lane {
+    int32_t pool = -1;
+    at::Tensor slots;          // int64 [rows]; undefined when the lane gets no rows
+    at::Tensor token_offsets;  // int64 [rows]: the request token of each row (residual lanes)
+    int64_t rows_needed = 0;   // residual lanes: 1 + the largest token offset
+  };
+  int64_t num_tokens = 0;
+  std::vector<Lane> base;                   // per lane
+  std::vector<std::vector<Lane>> residual;  // per request residual, per lane
+};
+
 struct PoolUsage {
   int64_t rank = 0;  // 0 = base pool
   int64_t blocks_used = 0;    // referenced by a sequence
@@ -87,10 +100,19 @@ class PagedKvCache {
   // Reserves the rows (copy-on-write applied, positions written); the caller then writes
   // them with write_base / write_residual before reading them.
   std::optional<AppendSlots> append(SeqId seq, const AppendRequest& request);
+  // The append's slots as index tensors (the slot mapping), built once and used at every
+  // layer: write_base / write_residual then build no index per lane per layer.
+  WritePlan plan_writes(const AppendSlots& slots) const;
   // k, v: [T, num_kv_heads, head_dim] for the request's T tokens, any float dtype.
-  void write_base(const AppendSlots& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v);
+  void write_base(const WritePlan& plan, int64_t layer, const at::Tensor& k, const at::Tensor& v);
+  void write_base(const AppendSlots& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+    write_base(plan_writes(slots), layer, k, v);
+  }
   // c: [T, rank of `layer`] for the request's residual `index` (its T positions).
-  void write_residual(const AppendSlots& slots, size_t index, int64_t layer, const at::Tensor& c);
+  void write_residual(const WritePlan& plan, size_t index, int64_t layer, const at::Tensor& c);
+  void write_residual(const AppendSlots& slots, size_t index, int64_t layer, const at::Tensor& c) {
+    write_residual(plan_writes(slots), index, layer, c);
+  }
 
   // Undo levels over create / attach / append (CacheManager, "Transactions"): the engine's
   // step reserves in one, commits after its forward wrote the rows, rolls back otherwise.

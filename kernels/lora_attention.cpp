@@ -1,5 +1,5 @@
 // kernels/lora_attention.cpp: the fused attention's argument checks (once per call, before
-// any output is touched), the vector path choice, and the threaded dispatch of the plan's
+// any output is touched; O(blocks + agents), reading only the views' metadata, never rows), the vector path choice, and the threaded dispatch of the plan's
 // three steps (work items, merges, attention mass) to the chosen path's kernels. The only
 // ATen it uses is the thread pool.
 #include "lorakv/kernels/lora_attention.h"
@@ -37,9 +37,8 @@ struct Checker {
 
   bool rope_table() const { return p.rope_cos && p.rope_sin && p.rope_rows > 0; }
 
-  // Calls fn(slot) for every row of a lane, after checking its block ids.
-  template <typename Fn>
-  void for_each_slot(const PagedStorage& st, const LaneRows& lane, const std::string& what, Fn&& fn) const {
+  // The lane's block ids: O(blocks), metadata only (rows are never read to be checked).
+  void block_table(const PagedStorage& st, const LaneRows& lane, const std::string& what) const {
     LORA_ATTENTION_CHECK(lane.num_rows >= 0, what << " has " << lane.num_rows << " rows");
     if (lane.num_rows == 0) return;
     LORA_ATTENTION_CHECK(lane.blocks, what << " has " << lane.num_rows << " rows but no block table");
@@ -49,7 +48,15 @@ struct Checker {
                            what << ": block " << i << " of its table is " << lane.blocks[i] << ", outside the pool's "
                                 << st.num_blocks << " blocks");
     }
-    for (int64_t r = 0; r < lane.num_rows; ++r) fn(lane.blocks[r / st.block_size] * st.block_size + r % st.block_size);
+  }
+
+  // Keys rotated on chip: the lane's largest rope position (metadata) must be in the table.
+  void rope_positions(const LaneRows& lane, const std::string& what) const {
+    if (lane.num_rows == 0) return;
+    LORA_ATTENTION_CHECK(lane.max_rope_position >= 0,
+                         what << ": rows are rotated on chip but the lane gives no max_rope_position");
+    LORA_ATTENTION_CHECK(lane.max_rope_position < p.rope_rows, what << ": a row's RoPE position " << lane.max_rope_position
+                                                                    << " is outside the table's " << p.rope_rows << " rows");
   }
 
   void storage(const PagedStorage* st, bool base, int64_t row_width, const std::string& what) const {
@@ -84,9 +91,8 @@ struct Checker {
     bool any = false;
     for (int64_t l = 0; l < p.num_kv_heads / rows.heads_per_lane; ++l) {
       const std::string lane = what + " lane " + std::to_string(l);
-      for_each_slot(st, rows.lanes[l], lane, [&](int64_t slot) {
-        if (st.keys_before_rope) rope_position(st, slot, lane);
-      });
+      block_table(st, rows.lanes[l], lane);
+      if (st.keys_before_rope) rope_positions(rows.lanes[l], lane);
       any = any || rows.lanes[l].num_rows > 0;
     }
     return any;
@@ -107,12 +113,6 @@ struct Checker {
                          what << ": mass strides (agent " << agent_stride << ", head " << head_stride
                               << ") overlap for " << agents << " agents, " << p.num_kv_heads << " KV heads and "
                               << rows << " rows");
-  }
-
-  void rope_position(const PagedStorage& st, int64_t slot, const std::string& what) const {
-    const int32_t pos = st.rope_positions ? st.rope_positions[slot] : st.positions[slot];
-    LORA_ATTENTION_CHECK(pos >= 0 && pos < p.rope_rows, what << ": a row's RoPE position " << pos
-                                                             << " is outside the table's " << p.rope_rows << " rows");
   }
 
   void stream(const LowRankStream& s, const SharedBase& base, bool has_shared, bool rotated,
@@ -137,10 +137,8 @@ struct Checker {
                                s.c_storage->row_stride >= (rows.heads_per_lane - 1) * s.c_storage->head_stride + s.rank,
                            lane << ": C rows of " << s.c_storage->row_stride << " elements cannot hold "
                                 << rows.heads_per_lane << " heads of rank " << s.rank);
-      for_each_slot(*s.c_storage, s.c_lanes[l], lane, [](int64_t) {});
-      if (rotated) {
-        for_each_slot(*rows.storage, rows.lanes[l], lane, [&](int64_t slot) { rope_position(*rows.storage, slot, lane); });
-      }
+      block_table(*s.c_storage, s.c_lanes[l], lane);
+      if (rotated) rope_positions(rows.lanes[l], lane);
     }
   }
 
@@ -158,7 +156,7 @@ struct Checker {
       LORA_ATTENTION_CHECK(d.lanes[l].num_rows == rows.lanes[l].num_rows,
                            lane << " has " << d.lanes[l].num_rows << " key delta rows for " << rows.lanes[l].num_rows
                                 << " shared rows (every shared row needs its delta row)");
-      for_each_slot(*d.storage, d.lanes[l], lane, [](int64_t) {});
+      block_table(*d.storage, d.lanes[l], lane);
     }
   }
 

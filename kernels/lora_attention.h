@@ -70,6 +70,11 @@ struct PagedStorage {
 struct LaneRows {
   const int32_t* blocks = nullptr;  // [ceil(num_rows / block_size)]
   int64_t num_rows = 0;
+  // The largest position a row of the lane is rotated to (its rope position, else its stored
+  // position), from the caller's bookkeeping. Needed where keys are rotated on chip (keys
+  // stored before RoPE, K-LoRA): the kernel checks it against the RoPE table instead of
+  // reading every row's position from storage. -1: not given.
+  int64_t max_rope_position = -1;
 };
 
 // The rows of every KV head of one layer: lanes[l] holds KV heads

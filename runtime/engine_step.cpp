@@ -4,12 +4,11 @@
 // forward whose attention backend writes each layer's base and residual rows where the
 // plan put them and then runs the fused kernel once for every item.
 #include <algorithm>
-#include <deque>
 #include <limits>
 #include <map>
 #include <set>
 
-#include "lorakv/cache/attention_views.h"
+#include "lorakv/cache/step_views.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/common/logging.h"
 #include "lorakv/runtime/engine.h"
@@ -71,83 +70,120 @@ const std::vector<ReaderStream>& streams_to_fill(const ContextState& c, const Re
   return c.options.mode == SharingMode::kBaseLrShared ? c.group_streams : r.streams;
 }
 
-// The fused kernel's attention for every item of the step, layer by layer.
+// The fused kernel's attention for every item of the step, layer by layer. Everything that
+// depends only on the step is built once, in the constructor (FlashInfer's plan/run split):
+// the kernel's views of every layer (cache::StepViews: block tables, row counts, RoPE
+// bounds), the write slots of every reserved row as index tensors, and the kernel's base
+// grouping. Each layer then fills in only its own pointers (q, out, B) and runs.
 class PagedAttention final : public AttentionBackend {
  public:
   PagedAttention(cache::PagedKvCache& cache, const ModelConfig& c, std::vector<Item>& items, const at::Tensor& cos,
                  const at::Tensor& sin, double scale, StepStats& stats)
-      : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale), stats_(stats) {}
+      : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale), stats_(stats), views_(cache) {
+    const log::Stopwatch watch;
+    plan_step();
+    stats_.views_seconds += watch.seconds();
+  }
 
   void attend(const LayerAttentionInput& in, const StepPlan& plan) override {
     const log::Stopwatch write_watch;
     write_rows(in, plan);
     stats_.write_seconds += write_watch.seconds();
-    run_kernel(in, plan);
+    const log::Stopwatch views_watch;
+    fill_layer(in, plan);
+    stats_.views_seconds += views_watch.seconds();
+    const log::Stopwatch kernel_watch;
+    kernels::lora_attention(params_);
+    stats_.kernel_seconds += kernel_watch.seconds();
   }
 
  private:
+  // What an item reads, as StepViews ids.
+  struct ItemReads {
+    int64_t base = -1, private_rows = -1;
+    std::vector<std::pair<const ReaderStream*, int64_t>> streams;  // with its residual read
+  };
+
+  void plan_step() {
+    // Items reading the same rows (sequence, limit) share one base: its tiles load once.
+    order_.resize(items_.size());
+    for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    auto base_of = [&](size_t i) { return std::make_pair(items_[i].read_seq.value(), items_[i].read_limit); };
+    std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return base_of(a) < base_of(b); });
+    reads_.resize(items_.size());
+    writes_.reserve(items_.size());
+    for (size_t pos = 0; pos < order_.size(); ++pos) {
+      const size_t i = order_[pos];
+      const Item& it = items_[i];
+      ItemReads& r = reads_[i];
+      r.base = views_.add_base(it.read_seq, it.read_limit);
+      if (pos == 0 || base_of(i) != base_of(order_[pos - 1])) {
+        kernels::SharedBase b;
+        b.first_agent = static_cast<int64_t>(pos);
+        bases_.push_back(b);
+        base_reads_.push_back(r.base);
+      }
+      ++bases_.back().num_agents;
+      for (const ReaderStream* s : it.reads) r.streams.emplace_back(s, views_.add_residual(r.base, s->key));
+      if (it.private_seq.valid()) r.private_rows = views_.add_base(it.private_seq);
+    }
+    for (const Item& it : items_) writes_.push_back(it.slots ? cache_.plan_writes(*it.slots) : cache::WritePlan{});
+    views_.finish();
+    agents_.resize(items_.size());
+    params_.num_heads = c_.num_heads;
+    params_.num_kv_heads = c_.num_kv_heads;
+    params_.head_dim = c_.head_dim;
+    params_.scale = static_cast<float>(scale_);
+    params_.window = c_.sliding_window;
+    params_.bases = bases_.data();
+    params_.num_bases = static_cast<int64_t>(bases_.size());
+    params_.agents = agents_.data();
+    params_.num_agents = static_cast<int64_t>(agents_.size());
+  }
+
   void write_rows(const LayerAttentionInput& in, const StepPlan& plan) {
     for (size_t i = 0; i < items_.size(); ++i) {
       const Item& it = items_[i];
       const int64_t row0 = plan.offsets[i];
       if (it.base_from < it.end) {
         const int64_t off = row0 + it.base_from - it.start, n = it.end - it.base_from;
-        cache_.write_base(*it.slots, in.layer, in.k.narrow(0, off, n), in.v.narrow(0, off, n));
+        cache_.write_base(writes_[i], in.layer, in.k.narrow(0, off, n), in.v.narrow(0, off, n));
       }
       for (size_t f = 0; f < it.fills.size(); ++f) {
         const at::Tensor& a = it.fills[f].stream->a[static_cast<size_t>(in.layer)];  // [rank, hidden]
         if (!a.defined()) continue;
         const int64_t off = row0 + it.fills[f].from - it.start, n = it.end - it.fills[f].from;
-        cache_.write_residual(*it.slots, f, in.layer, at::matmul(in.x.narrow(0, off, n), a.t()));  // C = X A^T: [n, rank]
+        cache_.write_residual(writes_[i], f, in.layer, at::matmul(in.x.narrow(0, off, n), a.t()));  // C = X A^T: [n, rank]
       }
     }
   }
 
-  void run_kernel(const LayerAttentionInput& in, const StepPlan& plan) {
-    const log::Stopwatch views_watch;
+  // The layer's pointers into the step's plan: views, q, out, B.
+  void fill_layer(const LayerAttentionInput& in, const StepPlan& plan) {
     const int64_t layer = in.layer;
-    // Items reading the same rows (sequence, limit) share one base: its tiles load once.
-    std::vector<size_t> order(items_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    auto base_of = [&](size_t i) { return std::make_pair(items_[i].read_seq.value(), items_[i].read_limit); };
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return base_of(a) < base_of(b); });
-
-    std::deque<cache::BaseLayerView> base_views, private_views;
-    std::deque<cache::ResidualLayerView> residual_views;
-    std::vector<kernels::SharedBase> bases;
-    std::vector<kernels::AgentAttention> agents;
-    agents.reserve(order.size());
+    for (size_t b = 0; b < bases_.size(); ++b) bases_[b].rows = views_.base_rows(base_reads_[b], layer);
     bool needs_rope = false;
-    for (size_t pos = 0; pos < order.size(); ++pos) {
-      const size_t i = order[pos];
-      const Item& it = items_[i];
-      if (pos == 0 || base_of(i) != base_of(order[pos - 1])) {
-        base_views.push_back(cache::BaseLayerView::of(cache_, it.read_seq, layer, it.read_limit));
-        kernels::SharedBase b;
-        b.rows = base_views.back().rows();
-        b.first_agent = static_cast<int64_t>(pos);
-        bases.push_back(b);
-      }
-      ++bases.back().num_agents;
+    for (size_t pos = 0; pos < order_.size(); ++pos) {
+      const size_t i = order_[pos];
+      const ItemReads& r = reads_[i];
       const int64_t row0 = plan.offsets[i], n = plan.offsets[i + 1] - row0;
-      const at::Tensor q = in.q.narrow(0, row0, n), out = in.out.narrow(0, row0, n);
-      kernels::AgentAttention a;
+      kernels::AgentAttention& a = agents_[pos];
+      a = kernels::AgentAttention{};
       a.num_queries = n;
-      a.q = q.data_ptr();
-      a.q_dtype = element_type(q);
-      a.q_row_stride = q.stride(0);
-      a.q_head_stride = q.stride(1);
+      a.q = static_cast<const char*>(in.q.data_ptr()) + row0 * in.q.stride(0) * in.q.element_size();
+      a.q_dtype = element_type(in.q);
+      a.q_row_stride = in.q.stride(0);
+      a.q_head_stride = in.q.stride(1);
       a.q_positions = plan.positions.data_ptr<int64_t>() + row0;
-      a.out = out.data_ptr();
-      a.out_dtype = element_type(out);
-      a.out_row_stride = out.stride(0);
-      a.out_head_stride = out.stride(1);
-      for (const ReaderStream* s : it.reads) {
+      a.out = static_cast<char*>(in.out.data_ptr()) + row0 * in.out.stride(0) * in.out.element_size();
+      a.out_dtype = element_type(in.out);
+      a.out_row_stride = in.out.stride(0);
+      a.out_head_stride = in.out.stride(1);
+      for (const auto& [s, read] : r.streams) {
         const at::Tensor& b = s->b[static_cast<size_t>(layer)];
         if (!b.defined()) continue;
-        residual_views.push_back(cache::ResidualLayerView::of(cache_, it.read_seq, s->key, layer, it.read_limit));
-        const int64_t rank = residual_views.back().rank();
-        kernels::LowRankStream stream = residual_views.back().stream(b.data_ptr<float>(), rank * c_.head_dim, c_.head_dim);
+        const int64_t rank = views_.residual_rank(read, layer);
+        const kernels::LowRankStream stream = views_.residual_stream(read, layer, b.data_ptr<float>(), rank * c_.head_dim, c_.head_dim);
         if (s->module == adapters::ModuleId::kV) {
           a.v = stream;
         } else {
@@ -155,31 +191,11 @@ class PagedAttention final : public AttentionBackend {
           needs_rope = true;
         }
       }
-      if (it.private_seq.valid()) {
-        private_views.push_back(cache::BaseLayerView::of(cache_, it.private_seq, layer));
-        a.private_rows = private_views.back().rows();
-      }
-      agents.push_back(a);
+      if (r.private_rows >= 0) a.private_rows = views_.base_rows(r.private_rows, layer);
     }
-    kernels::LoraAttentionParams p;
-    p.num_heads = c_.num_heads;
-    p.num_kv_heads = c_.num_kv_heads;
-    p.head_dim = c_.head_dim;
-    p.scale = static_cast<float>(scale_);
-    p.window = c_.sliding_window;
-    if (needs_rope) {
-      p.rope_cos = cos_.data_ptr<float>();
-      p.rope_sin = sin_.data_ptr<float>();
-      p.rope_rows = cos_.size(0);
-    }
-    p.bases = bases.data();
-    p.num_bases = static_cast<int64_t>(bases.size());
-    p.agents = agents.data();
-    p.num_agents = static_cast<int64_t>(agents.size());
-    stats_.views_seconds += views_watch.seconds();
-    const log::Stopwatch kernel_watch;
-    kernels::lora_attention(p);
-    stats_.kernel_seconds += kernel_watch.seconds();
+    params_.rope_cos = needs_rope ? cos_.data_ptr<float>() : nullptr;
+    params_.rope_sin = needs_rope ? sin_.data_ptr<float>() : nullptr;
+    params_.rope_rows = needs_rope ? cos_.size(0) : 0;
   }
 
   cache::PagedKvCache& cache_;
@@ -189,6 +205,14 @@ class PagedAttention final : public AttentionBackend {
   const at::Tensor& sin_;
   double scale_;
   StepStats& stats_;
+  cache::StepViews views_;
+  std::vector<size_t> order_;                 // items by the base they read
+  std::vector<ItemReads> reads_;              // per item
+  std::vector<cache::WritePlan> writes_;      // per item
+  std::vector<kernels::SharedBase> bases_;    // the kernel's bases; rows refilled per layer
+  std::vector<int64_t> base_reads_;           // per base: its StepViews read
+  std::vector<kernels::AgentAttention> agents_;  // per item in `order_`, refilled per layer
+  kernels::LoraAttentionParams params_;
 };
 
 }  // namespace

@@ -161,11 +161,12 @@ std::vector<LaneData> LoraAttentionCase::draw_rows(int64_t first_position, int64
   return result;
 }
 
-void LoraAttentionCase::write_base(Pool& pool, const std::vector<k::LaneRows>& lanes,
-                                   const std::vector<LaneData>& data) {
+void LoraAttentionCase::write_base(Pool& pool, std::vector<k::LaneRows>& lanes, const std::vector<LaneData>& data) {
   const int64_t bs = pool.view.block_size;
   for (size_t l = 0; l < lanes.size(); ++l) {
-    const k::LaneRows& lane = lanes[l];
+    k::LaneRows& lane = lanes[l];
+    // The metadata the kernel checks its RoPE table against (it reads no row to check).
+    if (lane.num_rows > 0) lane.max_rope_position = data[l].rope_positions.max().item<int64_t>();
     std::vector<int64_t> slots;
     for (int64_t i = 0; i < lane.num_rows; ++i) slots.push_back(lane.blocks[i / bs] * bs + i % bs);
     const at::Tensor s = at::tensor(slots, at::kLong);

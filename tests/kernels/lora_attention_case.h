@@ -101,7 +101,7 @@ class LoraAttentionCase {
   Pool& new_pool(bool base, int64_t blocks, int64_t block_size, std::vector<int64_t> row_shape);
   std::vector<kernels::LaneRows>& place(Pool& pool, const std::vector<int64_t>& rows_per_lane);
   std::vector<LaneData> draw_rows(int64_t first_position, int64_t count, int64_t rope_offset);
-  void write_base(Pool& pool, const std::vector<kernels::LaneRows>& lanes, const std::vector<LaneData>& data);
+  void write_base(Pool& pool, std::vector<kernels::LaneRows>& lanes, const std::vector<LaneData>& data);
   Residual draw_residual(int64_t base, int64_t rank);
   at::Tensor draw_b(int64_t rank);
   void build_agent(int64_t a);

@@ -143,6 +143,22 @@ TEST(LoraAttentionErrors, RopeTableMissingOrTooShort) {
   expect_refusal([](auto&, auto& p) { p.rope_rows = 10; }, "is outside the table's 10 rows");
 }
 
+// The RoPE bound comes from the lanes' metadata (max_rope_position), not from the rows: a
+// lane that rotates rows on chip without it is refused, and one whose bound is past the
+// table is refused even though no row is read to find out.
+TEST(LoraAttentionErrors, RopeBoundIsMetadata) {
+  auto edit_lane0 = [](int64_t max_rope_position) {
+    return [max_rope_position](LoraAttentionCase& c, LoraAttentionParams&) {
+      const kernels::PagedRows& rows = c.bases()[0].rows;
+      auto& lanes = editable(rows.lanes, 1);
+      lanes[0].max_rope_position = max_rope_position;
+      c.bases()[0].rows.lanes = lanes.data();
+    };
+  };
+  expect_refusal(edit_lane0(-1), "rows are rotated on chip but the lane gives no max_rope_position");
+  expect_refusal(edit_lane0(1 << 20), "RoPE position 1048576 is outside the table's");
+}
+
 TEST(LoraAttentionErrors, MassOutputsMissing) {
   expect_refusal([](auto& c, auto&) { c.bases()[0].mass = nullptr; }, "base 0 mass: attention mass was asked for");
   expect_refusal([](auto& c, auto&) { c.agents()[0].private_mass = nullptr; }, "agent 0's private_mass");

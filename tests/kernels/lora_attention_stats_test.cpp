@@ -1,7 +1,9 @@
-// tests/kernels/lora_attention_stats_test.cpp: the op's byte counters. Eight agents on one
-// base read the same base bytes as one (each base tile is loaded once for all of them),
-// whatever the threads and key splits, and exactly the bytes of the rows; residual bytes
-// grow with the agents; the attention-mass second pass is counted apart.
+// tests/kernels/lora_attention_stats_test.cpp: the op's byte counters. The base counter adds a
+// tile's bytes each time the kernel loads that tile (load_tile returns them), so it counts
+// tile loads, not measured memory traffic: eight agents on one base make the same loads as
+// one (each base tile is loaded once for all of them), whatever the threads and key splits,
+// and the loads cover exactly the bytes of the rows; residual bytes grow with the agents; the
+// attention-mass second pass is counted apart.
 #include <gtest/gtest.h>
 
 #include "lorakv/kernels/lora_attention.h"
@@ -27,7 +29,7 @@ CaseSpec decode_spec(int64_t agents, ElementType storage) {
   return s;
 }
 
-TEST(LoraAttentionStats, EightAgentsReadTheSameBaseBytesAsOne) {
+TEST(LoraAttentionStats, EightAgentsLoadEachBaseTileOnceAsOneAgentDoes) {
   for (ElementType storage : {ElementType::kFloat32, ElementType::kBFloat16}) {
     const int64_t elem = kernels::element_bytes(storage);
     // Per KV head, per row: its key and value (head_dim each) and its int32 position.

@@ -293,8 +293,10 @@ TEST_F(EngineFailures, AFailedStepKeepsTheCachedPromptFindable) {
   const int64_t allocations = t_allocations;
   ASSERT_EQ(rb.stats.prefix_hit_tokens, 64);
   w.reader = {ca, 0};
-  // Fail allocation 1, 2, ... of A's step until the step gets through: every allocation it
-  // makes has failed once. (A makes fewer than B: per-thread buffers B grew are reused.)
+  // Fail allocation 1, 2, ... of A's step until the step gets through: it then made fewer
+  // allocations than the last armed one, each of which has failed once in an earlier try.
+  // (Their number differs from B's: caches shared between engines, such as the kernel's
+  // per-thread buffers and LoRA stacks, are already filled.)
   int64_t failures = 0;
   std::optional<StepResult> ra;
   for (int64_t k = 1; !ra && k <= 2 * allocations; ++k) {
@@ -311,7 +313,7 @@ TEST_F(EngineFailures, AFailedStepKeepsTheCachedPromptFindable) {
     ASSERT_EQ(a.cache().match_prefix(key, system, filter).num_tokens, 64) << "allocation " << k;
   }
   ASSERT_TRUE(ra.has_value());
-  EXPECT_GT(failures, allocations / 2);
+  EXPECT_GE(failures, 50) << "the step should allocate more than that on its way";
   EXPECT_EQ(ra->stats.prefix_hit_tokens, 64);
   EXPECT_LT(lorakv::testing::relative_error(ra->outputs[0].logits, rb.outputs[0].logits),
             lorakv::testing::kFloat32LogitsTolerance);
