@@ -426,8 +426,17 @@ TEST_F(EngineTest, BadWorkIsRefusedWithoutChangingState) {
   StepWork twice;
   twice.reader = {ctx, 0};
   EXPECT_THROW(engine.step({twice, twice}), ConfigError);
+  // A valid entry before a bad one: the whole step is refused and leaves nothing of the
+  // valid entry either (no sequence created, no stream attached, no row reserved).
+  StepWork valid;
+  valid.reader = {ctx, 1};
+  EXPECT_THROW(engine.step({valid, unknown}), ConfigError);
+  EXPECT_THROW(engine.step({valid, w}), ConfigError);
+  EXPECT_TRUE(engine.cache().manager().sequences().empty());
+  EXPECT_EQ(engine.cache().manager().index().num_entries(), 0);
   EXPECT_EQ(engine.cache().stats().bytes_in_use, 0);
   EXPECT_GT(engine.pending_tokens({ctx, 0}), 0);
+  EXPECT_GT(engine.pending_tokens({ctx, 1}), 0);
 }
 
 TEST_F(EngineTest, FullPoolIsReportedNotCorrupted) {
