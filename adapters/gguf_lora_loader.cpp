@@ -44,6 +44,16 @@ std::shared_ptr<const Adapter> load_gguf_lora(const std::string& name, const std
   };
   require("general.type", "adapter");
   require("adapter.type", "lora");
+  // Activated LoRA (llama.cpp writes adapter.alora.invocation_tokens): the adapter applies
+  // only from its invocation tokens on. Run as a standard LoRA it would adapt every token
+  // and give other answers without a word, so it is refused until the engine runs aLoRA.
+  for (const auto& [key, value] : file->metadata()) {
+    if (key.rfind("adapter.alora.", 0) == 0) {
+      throw AdapterLoadError("activated LoRA (aLoRA) adapters are not supported yet",
+                             {path, key, "a standard LoRA (no adapter.alora.* keys)", "present",
+                              "use a standard LoRA adapter; running this one as standard would adapt every token"});
+    }
+  }
   const std::string arch = file->find_string("general.architecture").value_or("");
   if (arch != shape.architecture) {
     throw AdapterLoadError("adapter for another architecture", {path, "general.architecture", shape.architecture, arch,

@@ -437,5 +437,21 @@ TEST(GgufLoraLoading, RefusesABaseModelFileAndUnknownTensors) {
   expect_refused(path2, {"token_embd.weight.lora_a", "unsupported tensor"});
 }
 
+// An activated LoRA (aLoRA) GGUF file, as llama.cpp's converter writes it, is refused: loaded
+// as a standard LoRA it would adapt every token instead of only those from its invocation on.
+TEST(GgufLoraLoading, RefusesActivatedLoraRatherThanRunItAsStandard) {
+  testing::GgufBuilder g;
+  g.add_string("general.architecture", "llama");
+  g.add_string("general.type", "adapter");
+  g.add_string("adapter.type", "lora");
+  g.add_f32("adapter.lora.alpha", 2.0f);
+  g.add_i32_array("adapter.alora.invocation_tokens", {1, 2, 3});
+  g.add_f32_tensor("blk.0.attn_v.weight.lora_a", {8, 1}, values(8, 0.5f));
+  g.add_f32_tensor("blk.0.attn_v.weight.lora_b", {1, 4}, {0, 2, 1, 3});
+  const std::string path = testing::temp_path("alora.gguf");
+  g.write(path);
+  expect_refused(path, {"aLoRA", "adapter.alora.invocation_tokens", "alora.gguf"});
+}
+
 }  // namespace
 }  // namespace lorakv::adapters

@@ -1,0 +1,204 @@
+// runtime/paged_attention.cpp: the run phase of an engine step: one batched forward whose
+// attention backend writes each layer's base and residual rows where the plan put them and
+// then runs the fused kernel once for every item.
+#include <algorithm>
+#include <utility>
+
+#include "lorakv/cache/step_views.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/common/logging.h"
+#include "lorakv/runtime/step_items.h"
+
+namespace lorakv::runtime {
+
+namespace {
+
+kernels::ElementType element_type(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? kernels::ElementType::kBFloat16 : kernels::ElementType::kFloat32;
+}
+
+// The fused kernel's attention for every item of the step, layer by layer. Everything that
+// depends only on the step is built once, in the constructor (FlashInfer's plan/run split):
+// the kernel's views of every layer (cache::StepViews: block tables, row counts, RoPE
+// bounds), the write slots of every reserved row as index tensors, and the kernel's base
+// grouping. Each layer then fills in only its own pointers (q, out, B) and runs.
+class PagedAttention final : public AttentionBackend {
+ public:
+  PagedAttention(cache::PagedKvCache& cache, const ModelConfig& c, std::vector<Item>& items, const at::Tensor& cos,
+                 const at::Tensor& sin, double scale, StepStats& stats)
+      : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale), stats_(stats), views_(cache) {
+    const log::Stopwatch watch;
+    plan_step();
+    stats_.views_seconds += watch.seconds();
+  }
+
+  void attend(const LayerAttentionInput& in, const StepPlan& plan) override {
+    const log::Stopwatch write_watch;
+    write_rows(in, plan);
+    stats_.write_seconds += write_watch.seconds();
+    const log::Stopwatch views_watch;
+    fill_layer(in, plan);
+    stats_.views_seconds += views_watch.seconds();
+    const log::Stopwatch kernel_watch;
+    kernels::lora_attention(params_);
+    stats_.kernel_seconds += kernel_watch.seconds();
+  }
+
+ private:
+  // What an item reads, as StepViews ids.
+  struct ItemReads {
+    int64_t base = -1, private_rows = -1;
+    std::vector<std::pair<const ReaderStream*, int64_t>> streams;  // with its residual read
+  };
+
+  void plan_step() {
+    // Items reading the same rows (sequence, limit) share one base: its tiles load once.
+    order_.resize(items_.size());
+    for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    auto base_of = [&](size_t i) { return std::make_pair(items_[i].read_seq.value(), items_[i].read_limit); };
+    std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return base_of(a) < base_of(b); });
+    reads_.resize(items_.size());
+    writes_.reserve(items_.size());
+    for (size_t pos = 0; pos < order_.size(); ++pos) {
+      const size_t i = order_[pos];
+      const Item& it = items_[i];
+      ItemReads& r = reads_[i];
+      r.base = views_.add_base(it.read_seq, it.read_limit);
+      if (pos == 0 || base_of(i) != base_of(order_[pos - 1])) {
+        kernels::SharedBase b;
+        b.first_agent = static_cast<int64_t>(pos);
+        bases_.push_back(b);
+        base_reads_.push_back(r.base);
+      }
+      ++bases_.back().num_agents;
+      for (const ReaderStream* s : it.reads) r.streams.emplace_back(s, views_.add_residual(r.base, s->key));
+      if (it.private_seq.valid()) r.private_rows = views_.add_base(it.private_seq);
+    }
+    for (const Item& it : items_) writes_.push_back(it.slots ? cache_.plan_writes(*it.slots) : cache::WritePlan{});
+    views_.finish();
+    agents_.resize(items_.size());
+    params_.num_heads = c_.num_heads;
+    params_.num_kv_heads = c_.num_kv_heads;
+    params_.head_dim = c_.head_dim;
+    params_.scale = static_cast<float>(scale_);
+    params_.window = c_.sliding_window;
+    params_.bases = bases_.data();
+    params_.num_bases = static_cast<int64_t>(bases_.size());
+    params_.agents = agents_.data();
+    params_.num_agents = static_cast<int64_t>(agents_.size());
+  }
+
+  void write_rows(const LayerAttentionInput& in, const StepPlan& plan) {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      const Item& it = items_[i];
+      const int64_t row0 = plan.offsets[i];
+      if (it.base_from < it.end) {
+        const int64_t off = row0 + it.base_from - it.start, n = it.end - it.base_from;
+        cache_.write_base(writes_[i], in.layer, in.k.narrow(0, off, n), in.v.narrow(0, off, n));
+      }
+      for (size_t f = 0; f < it.fills.size(); ++f) {
+        const at::Tensor& a = it.fills[f].stream->a[static_cast<size_t>(in.layer)];  // [rank, hidden]
+        if (!a.defined()) continue;
+        const int64_t off = row0 + it.fills[f].from - it.start, n = it.end - it.fills[f].from;
+        cache_.write_residual(writes_[i], f, in.layer, at::matmul(in.x.narrow(0, off, n), a.t()));  // C = X A^T: [n, rank]
+      }
+    }
+  }
+
+  // The layer's pointers into the step's plan: views, q, out, B.
+  void fill_layer(const LayerAttentionInput& in, const StepPlan& plan) {
+    const int64_t layer = in.layer;
+    for (size_t b = 0; b < bases_.size(); ++b) bases_[b].rows = views_.base_rows(base_reads_[b], layer);
+    bool needs_rope = false;
+    for (size_t pos = 0; pos < order_.size(); ++pos) {
+      const size_t i = order_[pos];
+      const ItemReads& r = reads_[i];
+      const int64_t row0 = plan.offsets[i], n = plan.offsets[i + 1] - row0;
+      kernels::AgentAttention& a = agents_[pos];
+      a = kernels::AgentAttention{};
+      a.num_queries = n;
+      a.q = static_cast<const char*>(in.q.data_ptr()) + row0 * in.q.stride(0) * in.q.element_size();
+      a.q_dtype = element_type(in.q);
+      a.q_row_stride = in.q.stride(0);
+      a.q_head_stride = in.q.stride(1);
+      a.q_positions = plan.positions.data_ptr<int64_t>() + row0;
+      a.out = static_cast<char*>(in.out.data_ptr()) + row0 * in.out.stride(0) * in.out.element_size();
+      a.out_dtype = element_type(in.out);
+      a.out_row_stride = in.out.stride(0);
+      a.out_head_stride = in.out.stride(1);
+      for (const auto& [s, read] : r.streams) {
+        const at::Tensor& b = s->b[static_cast<size_t>(layer)];
+        if (!b.defined()) continue;
+        const int64_t rank = views_.residual_rank(read, layer);
+        const kernels::LowRankStream stream = views_.residual_stream(read, layer, b.data_ptr<float>(), rank * c_.head_dim, c_.head_dim);
+        if (s->module == adapters::ModuleId::kV) {
+          a.v = stream;
+        } else {
+          a.k = stream;
+          needs_rope = true;
+        }
+      }
+      if (r.private_rows >= 0) a.private_rows = views_.base_rows(r.private_rows, layer);
+    }
+    params_.rope_cos = needs_rope ? cos_.data_ptr<float>() : nullptr;
+    params_.rope_sin = needs_rope ? sin_.data_ptr<float>() : nullptr;
+    params_.rope_rows = needs_rope ? cos_.size(0) : 0;
+  }
+
+  cache::PagedKvCache& cache_;
+  const ModelConfig& c_;
+  std::vector<Item>& items_;
+  const at::Tensor& cos_;
+  const at::Tensor& sin_;
+  double scale_;
+  StepStats& stats_;
+  cache::StepViews views_;
+  std::vector<size_t> order_;                 // items by the base they read
+  std::vector<ItemReads> reads_;              // per item
+  std::vector<cache::WritePlan> writes_;      // per item
+  std::vector<kernels::SharedBase> bases_;    // the kernel's bases; rows refilled per layer
+  std::vector<int64_t> base_reads_;           // per base: its StepViews read
+  std::vector<kernels::AgentAttention> agents_;  // per item in `order_`, refilled per layer
+  kernels::LoraAttentionParams params_;
+};
+
+}  // namespace
+
+void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
+               StepResult& result) {
+  int64_t max_end = 0;
+  std::vector<SequenceInput> batch;
+  for (const Item& it : items) {
+    max_end = std::max(max_end, it.end);
+    SequenceInput in;
+    in.seq = it.write_seq;
+    in.tokens = it.tokens;
+    in.adapter = it.adapter;
+    in.kv_lora_in_rows = it.kv_lora_in_rows;
+    in.first_position = it.start;
+    in.all_logits = it.all_logits;
+    batch.push_back(std::move(in));
+  }
+  if (!st.rope_cos.defined() || st.rope_cos.size(0) < max_end) {
+    int64_t rows = 1024;
+    while (rows < max_end) rows *= 2;
+    std::tie(st.rope_cos, st.rope_sin) = model.rope_half_tables(rows);
+  }
+  PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale(), result.stats);
+  // Logits rows: every token of the items that asked for them, the last of the others.
+  const at::Tensor logits = model.forward(batch, backend);
+
+  int64_t row = 0;
+  for (const Item& it : items) {
+    const int64_t n = it.all_logits ? it.end - it.start : 1;
+    if (it.work != kNoWork) {
+      StepOutput& out = result.outputs[it.work];
+      out.logits = logits.narrow(0, row, n);
+      out.tokens_processed = it.end - it.start;
+      out.first_position = it.start;
+    }
+    row += n;
+  }
+}
+
+}  // namespace lorakv::runtime

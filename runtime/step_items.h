@@ -1,0 +1,55 @@
+// runtime/step_items.h: the forward items one engine step runs (internal to
+// runtime/engine_step.cpp, which plans and reserves them, and runtime/paged_attention.cpp,
+// which runs them).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "lorakv/cache/cache_manager.h"
+#include "lorakv/cache/paged_kv_cache.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/engine_state.h"
+#include "lorakv/runtime/llama_model.h"
+
+namespace lorakv::runtime {
+
+constexpr size_t kNoWork = std::numeric_limits<size_t>::max();
+
+// Residual rows an item fills: positions [from, item end) of `stream`.
+struct Fill {
+  const ReaderStream* stream = nullptr;
+  int64_t from = 0;
+};
+
+// One forward row range: a reader (or the base model, adapter null) running tokens
+// [start, end) of its context or of its private rows.
+struct Item {
+  size_t work = kNoWork;  // the work entry it answers; kNoWork: the base writer's own item
+  const adapters::Adapter* adapter = nullptr;
+  AdapterIdentity writer;
+  bool kv_lora_in_rows = true;
+  std::vector<int32_t> tokens;
+  int64_t start = 0, end = 0;
+  // Rows written: base rows of positions [base_from, end) into write_seq, and `fills`.
+  SeqId write_seq;
+  int64_t base_from = 0;
+  std::vector<Fill> fills;
+  std::optional<cache::AppendSlots> slots;
+  // Rows read: write_seq's or read_seq's rows below read_limit, the residual streams
+  // `reads` with the reader's B, then private_seq's rows.
+  SeqId read_seq;
+  int64_t read_limit = 0;
+  std::vector<const ReaderStream*> reads;
+  SeqId private_seq;
+  bool all_logits = false;
+};
+
+// Runs the admitted items as one forward pass (layer by layer through the fused kernel on
+// the paged cache) and fills their outputs and the step's host times in `result`.
+void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
+               StepResult& result);
+
+}  // namespace lorakv::runtime
