@@ -209,18 +209,23 @@ TEST_F(EngineReuse, CommitAdoptsPrivateRowsWhereTheyEqualTheContextRows) {
                         {SharingMode::kFullShared, SharedWriter::kBase, false},
                         {SharingMode::kBaseShared, SharedWriter::kFirst, false},
                         {SharingMode::kBaseLrShared, SharedWriter::kFirst, false}};
-  for (const Case& k : cases) {
-    SCOPED_TRACE(std::string(sharing_mode_name(k.mode)) + " writer " + shared_writer_name(k.writer));
-    const std::vector<AdapterPtr> readers = {a_, k.mode == SharingMode::kBaseLrShared ? a_ : b_};
-    Engine engine(model(), pools());
-    const ContextId c = engine.create_context({k.mode, k.writer}, readers);
+  // Reader 0 processes `context` and runs `reply` as private tokens.
+  auto reply_on = [&](Engine& engine, ContextOptions mode, const std::vector<AdapterPtr>& readers) {
+    const ContextId c = engine.create_context(mode, readers);
     engine.append(c, context);
     prefill(engine, {c, 0});
     StepWork w;
     w.reader = {c, 0};
     w.kind = StepWork::Kind::kPrivate;
     w.tokens = reply;
-    ASSERT_TRUE(engine.step({w}).ok);
+    EXPECT_TRUE(engine.step({w}).ok);
+    return c;
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string(sharing_mode_name(k.mode)) + " writer " + shared_writer_name(k.writer));
+    const std::vector<AdapterPtr> readers = {a_, k.mode == SharingMode::kBaseLrShared ? a_ : b_};
+    Engine engine(model(), pools());
+    const ContextId c = reply_on(engine, {k.mode, k.writer}, readers);
     EXPECT_EQ(engine.commit_private({c, 0}), static_cast<int64_t>(reply.size()));
     EXPECT_EQ(engine.adopted_commits(), k.adopted ? 1 : 0);
     EXPECT_EQ(engine.pending_tokens({c, 0}) == 0, k.adopted);
@@ -235,14 +240,7 @@ TEST_F(EngineReuse, CommitAdoptsPrivateRowsWhereTheyEqualTheContextRows) {
   }
   // The context grew while the reply ran: the rows are not a continuation, processed again.
   Engine engine(model(), pools());
-  const ContextId c = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {a_});
-  engine.append(c, context);
-  prefill(engine, {c, 0});
-  StepWork w;
-  w.reader = {c, 0};
-  w.kind = StepWork::Kind::kPrivate;
-  w.tokens = reply;
-  ASSERT_TRUE(engine.step({w}).ok);
+  const ContextId c = reply_on(engine, {SharingMode::kFull, SharedWriter::kFirst}, {a_});
   engine.append(c, next);
   engine.commit_private({c, 0});
   EXPECT_EQ(engine.adopted_commits(), 0);
