@@ -45,7 +45,6 @@ class StepViews {
   kernels::LowRankStream residual_stream(int64_t residual, int64_t layer, const float* b, int64_t b_head_stride,
                                          int64_t b_rank_stride) const;
 
-
  private:
   struct BaseRead {
     SeqId seq;
