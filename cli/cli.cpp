@@ -18,7 +18,8 @@ usage: lorakv <command> [flags]
 
 commands:
   generate   text generation from a prompt, streamed to stdout
-  bench      benchmarks: 'bench memory' (shared-cache memory, fidelity and speed of N agents)
+  bench      benchmarks: 'bench memory' (shared-cache memory, fidelity and speed of N agents),
+             'bench sessions' (concurrent sessions through the sessions API's scheduler)
   inspect    what a GGUF file or Hugging Face checkpoint holds: sizes, tokenizer, tensors
   version    lorakv version, git commit, libtorch version, CPU and vector path (also --version)
 

@@ -153,6 +153,11 @@ LoraStackCache::Stack LoraStackCache::get(const std::vector<LoraSegment>& segmen
   return entries_.back().stack;
 }
 
+void LoraStackCache::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.clear();
+}
+
 void lora_add(at::Tensor& out, const at::Tensor& x, const std::vector<LoraSegment>& segments,
               LoraStackCache* stacks) {
   LORAKV_CHECK(x.defined() && out.defined() && x.dim() == 2 && out.dim() == 2 && x.size(0) == out.size(0),

@@ -43,6 +43,8 @@ class LoraStackCache {
   };
   // The stack of `segments`' factors, built on a miss.
   Stack get(const std::vector<LoraSegment>& segments);
+  // Drops every entry, so an unloaded adapter's factors are not held here.
+  void clear();
   int64_t builds() const { return builds_; }  // misses so far (tests)
 
  private:

@@ -1,6 +1,8 @@
-// runtime/driver.cpp: schedule, step, finish.
+// runtime/driver.cpp: schedule (phases, the token budget), step, finish.
 #include "lorakv/runtime/driver.h"
 
+#include <algorithm>
+#include <limits>
 #include <string>
 
 #include "lorakv/common/errors.h"
@@ -11,54 +13,67 @@ namespace {
 
 enum class Phase { kContext, kSuffix, kGenerate, kDone };
 
-struct JobState {
-  Phase phase = Phase::kContext;
-  int32_t token = 0;  // kGenerate: the next token to run
-};
-
 std::string where(const DriverJob& job) {
   return "context " + std::to_string(job.reader.context.value()) + " reader " + std::to_string(job.reader.index);
 }
 
-void finish(DriverJob& job, JobState& s) {
+}  // namespace
+
+struct Driver::Slot {
+  DriverJob* job = nullptr;
+  std::unique_ptr<DriverJob> owned;  // jobs added with add(); run()'s jobs belong to its caller
+  Phase phase = Phase::kContext;
+  int32_t token = 0;  // kGenerate: the next token to run
+};
+
+namespace {
+
+using Slot = Driver::Slot;
+
+void finish(Slot& s) {
   s.phase = Phase::kDone;
-  if (job.on_done) job.on_done();
+  if (s.job->on_done) s.job->on_done();
 }
 
 // The job has run everything it processes: generate from its last logits, or finish.
-void start_generating(DriverJob& job, JobState& s) {
-  if (!job.next) return finish(job, s);
+void start_generating(Slot& s) {
+  DriverJob& job = *s.job;
+  if (!job.next) return finish(s);
   if (!job.logits.defined()) {
     throw ConfigError("a job that generates needs logits to start from",
                       {"", where(job), "", "", "give it a suffix (its instruction), or let it process its own context"});
   }
   const std::optional<int32_t> token = job.next(job.logits);
-  if (!token) return finish(job, s);
+  if (!token) return finish(s);
   s.phase = Phase::kGenerate;
   s.token = *token;
 }
 
 // The job's work for the next step, or nullopt once it is done (phases advance here).
-std::optional<StepWork> schedule(Engine& engine, DriverJob& job, JobState& s) {
-  if (s.phase == Phase::kContext && engine.pending_tokens(job.reader) == 0) {
+std::optional<StepWork> schedule(Engine& engine, Slot& s) {
+  if (s.phase == Phase::kContext && engine.pending_tokens(s.job->reader) == 0) {
     s.phase = Phase::kSuffix;
-    if (job.suffix.empty()) start_generating(job, s);
+    if (s.job->suffix.empty()) start_generating(s);
   }
   if (s.phase == Phase::kDone) return std::nullopt;
   StepWork w;
-  w.reader = job.reader;
+  w.reader = s.job->reader;
   if (s.phase == Phase::kContext) {
     w.kind = StepWork::Kind::kContext;
-    w.max_tokens = job.max_chunk;
+    w.max_tokens = s.job->max_chunk;
   } else {
     w.kind = StepWork::Kind::kPrivate;
-    w.tokens = s.phase == Phase::kSuffix ? job.suffix : std::vector<int32_t>{s.token};
+    w.tokens = s.phase == Phase::kSuffix ? s.job->suffix : std::vector<int32_t>{s.token};
   }
   return w;
 }
 
 // Hands a job its step output: the last logits row, and the next token when it generates.
-void take_output(Engine& engine, DriverJob& job, JobState& s, const StepOutput& out) {
+void take_output(Engine& engine, Slot& s, const StepOutput& out) {
+  DriverJob& job = *s.job;
+  job.tokens_processed += out.tokens_processed;
+  job.prefix_hit_tokens += out.prefix_hit_tokens;
+  if (job.on_output) job.on_output(out);
   const int64_t rows = out.logits.size(0);
   if (s.phase == Phase::kContext) {
     if (rows > 0 && engine.pending_tokens(job.reader) == 0) job.logits = out.logits[rows - 1];
@@ -66,46 +81,169 @@ void take_output(Engine& engine, DriverJob& job, JobState& s, const StepOutput& 
   }
   LORAKV_ASSERT(rows > 0, "private work ran without logits on " << where(job));
   job.logits = out.logits[rows - 1];
-  start_generating(job, s);
+  start_generating(s);
+}
+
+// Hands a failure to the job's on_error and ends the job. false: the job has no on_error
+// (the caller rethrows).
+bool fail(Slot& s, std::exception_ptr error) {
+  if (!s.job->on_error) return false;
+  s.phase = Phase::kDone;
+  s.job->on_error(error);
+  return true;
+}
+
+struct Candidate {
+  JobId id;
+  StepWork work;
+};
+
+// Fills one step's token budget: private work first, then context chunks; each class by
+// priority (higher first), then by arrival. Work that does not fit waits for a later step;
+// the first candidate always runs, so every step makes progress.
+class BudgetFill {
+ public:
+  BudgetFill(Engine& engine, int64_t budget)
+      : engine_(engine), left_(budget > 0 ? budget : std::numeric_limits<int64_t>::max()) {}
+
+  void take(std::vector<Candidate>& candidates, std::map<JobId, Slot>& slots, bool private_work) {
+    std::vector<Candidate*> order;
+    for (Candidate& c : candidates) {
+      if ((c.work.kind == StepWork::Kind::kPrivate) == private_work) order.push_back(&c);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](const Candidate* a, const Candidate* b) {
+      return slots.at(a->id).job->priority > slots.at(b->id).job->priority;
+    });
+    for (Candidate* c : order) {
+      const DriverJob& job = *slots.at(c->id).job;
+      int64_t room = left_;
+      if (job.group_token_cap > 0) room = std::min(room, job.group_token_cap - group_used_[job.group]);
+      int64_t cost = static_cast<int64_t>(c->work.tokens.size());
+      if (!private_work) {
+        const int64_t chunk = job.max_chunk > 0 ? job.max_chunk : engine_.options().prefill_chunk;
+        cost = std::min({chunk, engine_.pending_tokens(job.reader), std::max<int64_t>(room, 1)});
+        c->work.max_tokens = cost;
+      }
+      if (cost > room && !work.empty()) continue;
+      left_ -= std::min(cost, left_);
+      group_used_[job.group] += cost;
+      work.push_back(std::move(c->work));
+      owner.push_back(c->id);
+    }
+  }
+
+  std::vector<StepWork> work;
+  std::vector<JobId> owner;  // job of each work entry
+
+ private:
+  Engine& engine_;
+  int64_t left_;
+  std::map<int64_t, int64_t> group_used_;
+};
+
+void add_stats(DriverStats& stats, const StepResult& result) {
+  ++stats.steps;
+  stats.tokens_processed += result.stats.tokens_processed;
+  stats.prefix_hit_tokens += result.stats.prefix_hit_tokens;
+  stats.deferred += result.stats.deferred;
+  stats.admit_seconds += result.stats.admit_seconds;
+  stats.run_seconds += result.stats.run_seconds;
+  stats.commit_seconds += result.stats.commit_seconds;
+  stats.write_seconds += result.stats.write_seconds;
+  stats.views_seconds += result.stats.views_seconds;
+  stats.kernel_seconds += result.stats.kernel_seconds;
 }
 
 }  // namespace
 
-void Driver::run(std::vector<DriverJob>& jobs) {
-  std::vector<JobState> states(jobs.size());
-  while (true) {
-    std::vector<StepWork> work;
-    std::vector<size_t> owner;  // job of each work entry
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      if (states[j].phase == Phase::kDone) continue;
-      if (std::optional<StepWork> w = schedule(engine_, jobs[j], states[j])) {
-        work.push_back(std::move(*w));
-        owner.push_back(j);
-      }
+Driver::Driver(Engine& engine, StepHook hook, DriverOptions options)
+    : engine_(engine), hook_(std::move(hook)), options_(options), jobs_(std::make_unique<std::map<JobId, Slot>>()) {}
+
+Driver::~Driver() = default;
+
+bool Driver::step_over(std::map<JobId, Slot>& slots) {
+  std::vector<Candidate> candidates;
+  for (auto it = slots.begin(); it != slots.end();) {
+    std::optional<StepWork> w;
+    try {
+      w = schedule(engine_, it->second);
+    } catch (...) {
+      if (!fail(it->second, std::current_exception())) throw;
     }
-    if (work.empty()) return;
-    const StepResult result = engine_.step(work);
-    ++stats_.steps;
-    stats_.tokens_processed += result.stats.tokens_processed;
-    stats_.prefix_hit_tokens += result.stats.prefix_hit_tokens;
-    stats_.deferred += result.stats.deferred;
-    stats_.admit_seconds += result.stats.admit_seconds;
-    stats_.run_seconds += result.stats.run_seconds;
-    stats_.commit_seconds += result.stats.commit_seconds;
-    stats_.write_seconds += result.stats.write_seconds;
-    stats_.views_seconds += result.stats.views_seconds;
-    stats_.kernel_seconds += result.stats.kernel_seconds;
-    if (result.stats.admitted == 0) {
-      throw CapacityError("the cache cannot hold the next step of any job: " + result.admissions.front().reason,
-                          {"", where(jobs[owner.front()]), "", "",
+    if (!w) {
+      it = slots.erase(it);
+      continue;
+    }
+    candidates.push_back({it->first, std::move(*w)});
+    ++it;
+  }
+  if (candidates.empty()) return false;
+  BudgetFill fill(engine_, options_.step_token_budget);
+  fill.take(candidates, slots, /*private_work=*/true);
+  fill.take(candidates, slots, /*private_work=*/false);
+
+  StepResult result;
+  try {
+    result = engine_.step(fill.work);  // rolled back when it throws
+  } catch (...) {
+    // Not one job's fault: every job of the step fails, if each can take it.
+    const bool all_handle = std::all_of(fill.owner.begin(), fill.owner.end(),
+                                        [&](JobId id) { return static_cast<bool>(slots.at(id).job->on_error); });
+    if (!all_handle) throw;
+    for (JobId id : fill.owner) fail(slots.at(id), std::current_exception());
+    return true;
+  }
+  add_stats(stats_, result);
+  if (result.stats.admitted == 0) {
+    Slot& first = slots.at(fill.owner.front());
+    try {
+      throw CapacityError("the cache cannot hold the next step of this job even alone: " + result.admissions.front().reason,
+                          {"", where(*first.job), "", "",
                            "raise EngineOptions::kv_pool_bytes (or base_rows / residual_rows) or release contexts"});
-    }
-    if (hook_) hook_(engine_, result);  // the engine as the step left it
-    for (size_t e = 0; e < work.size(); ++e) {
-      if (result.admissions[e].admitted) take_output(engine_, jobs[owner[e]], states[owner[e]], result.outputs[e]);
+    } catch (...) {
+      if (!fail(first, std::current_exception())) throw;
     }
   }
+  if (hook_) hook_(engine_, result);  // the engine as the step left it
+  for (size_t e = 0; e < fill.work.size(); ++e) {
+    if (!result.admissions[e].admitted) continue;
+    Slot& s = slots.at(fill.owner[e]);
+    try {
+      take_output(engine_, s, result.outputs[e]);
+    } catch (...) {
+      if (!fail(s, std::current_exception())) throw;
+    }
+  }
+  return true;
 }
+
+void Driver::run(std::vector<DriverJob>& jobs) {
+  std::map<JobId, Slot> slots;
+  for (size_t j = 0; j < jobs.size(); ++j) slots[static_cast<JobId>(j)].job = &jobs[j];
+  while (step_over(slots)) {
+  }
+}
+
+JobId Driver::add(DriverJob job) {
+  const JobId id = next_job_++;
+  Slot& s = (*jobs_)[id];
+  s.owned = std::make_unique<DriverJob>(std::move(job));
+  s.job = s.owned.get();
+  return id;
+}
+
+bool Driver::cancel(JobId job) {
+  auto it = jobs_->find(job);
+  if (it == jobs_->end() || it->second.phase == Phase::kDone) return false;
+  Slot slot = std::move(it->second);
+  jobs_->erase(it);
+  finish(slot);
+  return true;
+}
+
+bool Driver::step() { return step_over(*jobs_); }
+
+size_t Driver::num_jobs() const { return jobs_->size(); }
 
 at::Tensor prefill(Engine& engine, ReaderRef reader, const StepHook& hook) {
   Driver driver(engine, hook);

@@ -3,14 +3,22 @@
 // tokens generated one per step while a callback returns them. The driver turns the jobs
 // into steps (schedule), runs them one at a time (step), hands each job its logits and calls
 // the step hook (finish). generate(), the benchmarks and the tests drive the engine through
-// it; the sessions' scheduler runs it on its own thread. Synchronous and not thread-safe:
-// run() returns when every job is done.
+// run(); the sessions' scheduler adds jobs between steps (add, cancel, step) on its own
+// thread. Not thread-safe: one thread uses a driver and its engine.
+//
+// A step's token budget (DriverOptions::step_token_budget) is filled as vLLM's chunked
+// prefill fills it: private tokens first (each generating job's next token, suffixes), by
+// priority, then context chunks with what is left, so a long appended text is processed
+// in chunks beside everyone's decoding instead of stalling it.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -25,18 +33,33 @@ struct DriverJob {
   // token, the suffix's last, then each generated token's), returns the next token to run as
   // private work, or nullopt: done. Null: the job only processes its context and suffix.
   std::function<std::optional<int32_t>(const at::Tensor& logits)> next;
-  // Called once when the job is done; the driver never touches the job's reader after it
-  // (it may release the context).
+  // Called once when the job is done or cancelled; the driver never touches the job's reader
+  // after it (it may release the context).
   std::function<void()> on_done;
-  int64_t max_chunk = 0;  // context tokens per step; 0: EngineOptions::prefill_chunk
+  // Called with each step output of the job's work (its tokens processed, prefix hits).
+  std::function<void(const StepOutput&)> on_output;
+  // When set, a failure of this job (a callback threw, or the pools cannot hold its next step
+  // even when it runs alone) is handed here instead of propagating, the job ends (on_done is
+  // not called) and the driver goes on with the others.
+  std::function<void(std::exception_ptr)> on_error;
+  int64_t max_chunk = 0;        // context tokens per step; 0: EngineOptions::prefill_chunk
+  int32_t priority = 0;         // higher first when a step's token budget cannot take every job
+  int64_t group = -1;           // jobs of one group (a session) share group_token_cap
+  int64_t group_token_cap = 0;  // most tokens the group runs in one step; 0: no cap
   // Out: float32 [vocab], the last logits the job saw; undefined when it ran no row of its
   // own (a reader of rows others wrote, with no suffix).
   at::Tensor logits;
+  int64_t tokens_processed = 0;   // out: rows the job's own work entries ran
+  int64_t prefix_hit_tokens = 0;  // out: its context tokens adopted from the prefix index
 };
 
 // Called after every step, before the jobs see its outputs, with the engine (mutable: a
 // policy may compact or release between steps) and what the step did.
 using StepHook = std::function<void(Engine& engine, const StepResult& result)>;
+
+struct DriverOptions {
+  int64_t step_token_budget = 0;  // most tokens one step runs over all jobs; 0: no limit
+};
 
 // Sums over the steps a driver ran.
 struct DriverStats {
@@ -46,25 +69,47 @@ struct DriverStats {
   double write_seconds = 0, views_seconds = 0, kernel_seconds = 0;
 };
 
+using JobId = int64_t;
+
 class Driver {
  public:
-  explicit Driver(Engine& engine, StepHook hook = nullptr) : engine_(engine), hook_(std::move(hook)) {}
+  explicit Driver(Engine& engine, StepHook hook = nullptr, DriverOptions options = {});
+  ~Driver();
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
 
   // Runs the jobs until each is done, one engine step at a time; work an entry could not
   // get this step (deferred) is asked for again in the next. Throws CapacityError when a
   // step admits none of the work (the pools cannot hold it even alone), ConfigError for a
   // job that generates but has no logits to start from (it read rows others wrote and has
-  // no suffix). An exception from a step or a callback leaves the engine usable (a failed
-  // step is rolled back) and the remaining jobs unfinished.
+  // no suffix). An exception from a step or a callback of a job without on_error leaves the
+  // engine usable (a failed step is rolled back) and the remaining jobs unfinished. Jobs
+  // added with add() wait until run() returns.
   void run(std::vector<DriverJob>& jobs);
+
+  // Incremental use: jobs join between steps and leave when done or cancelled.
+  JobId add(DriverJob job);
+  // Ends a job that is not done: calls its on_done and drops it. false: no such job.
+  bool cancel(JobId job);
+  // One step over the added jobs. false: there was nothing to run. Failures are handled as
+  // in run(): handed to the job's on_error, else thrown (the job stays).
+  bool step();
+  size_t num_jobs() const;
 
   Engine& engine() { return engine_; }
   const DriverStats& stats() const { return stats_; }
 
+  struct Slot;  // a job and its phase (driver.cpp)
+
  private:
+  bool step_over(std::map<JobId, Slot>& slots);
+
   Engine& engine_;
   StepHook hook_;
+  DriverOptions options_;
   DriverStats stats_;
+  std::unique_ptr<std::map<JobId, Slot>> jobs_;  // added with add()
+  JobId next_job_ = 0;
 };
 
 // Processes everything `reader` needs of its context, through a Driver. Returns float32

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <set>
 #include <string>
 
 #include "lorakv/common/errors.h"
@@ -262,6 +263,33 @@ void Engine::release_context(ContextId context) {
   state_->contexts.erase(context.value());
 }
 
+ContextId Engine::fork_context(ContextId source) {
+  const ContextState& c = state_->context(source);
+  for (size_t i = 0; i < c.readers.size(); ++i) {
+    if (c.readers[i].private_seq.valid()) {
+      throw ConfigError("cannot fork a context while a reader has private rows",
+                        {"", "context " + std::to_string(source.value()) + " reader " + std::to_string(i), "", "",
+                         "fork after the reply is committed or dropped"});
+    }
+  }
+  ContextState copy = c;  // options, tokens, readers (adapter pins, B copies, streams), group streams
+  std::vector<std::pair<SeqId, SeqId>> forks;  // (source, copy)
+  // Each new id in a statement of its own: the order of evaluation of arguments is unspecified.
+  auto fork_into = [&](SeqId& seq) {
+    const SeqId from = seq;
+    seq = state_->new_seq();
+    forks.emplace_back(from, seq);
+  };
+  if (c.shared_seq.valid()) fork_into(copy.shared_seq);
+  for (ReaderState& r : copy.readers) {
+    if (r.own_seq.valid()) fork_into(r.own_seq);
+  }
+  for (const auto& [from, to] : forks) cache_->fork(from, to);  // needs no free blocks; cannot fail for capacity
+  const ContextId id(state_->next_context++);
+  state_->contexts.emplace(id.value(), std::move(copy));
+  return id;
+}
+
 void Engine::append(ContextId context, const std::vector<int32_t>& tokens) {
   ContextState& c = state_->context(context);
   const int64_t vocab = model_.config().vocab_size;
@@ -379,5 +407,51 @@ EngineMemory Engine::memory() const {
   }
   return m;
 }
+
+namespace {
+
+// The distinct (pool, block) pairs of a sequence's tables: base lanes, and its residual
+// streams when `residuals`.
+void collect_blocks(const cache::SequenceState& seq, std::set<std::pair<int32_t, int64_t>>& base,
+                    std::set<std::pair<int32_t, int64_t>>& residual) {
+  for (const cache::BaseLane& lane : seq.lanes) {
+    for (BlockId b : lane.table.blocks) base.emplace(0, b.value());
+  }
+  for (const cache::ResidualStream& stream : seq.residuals) {
+    const size_t lanes_per_layer = stream.pools.empty() ? 1 : stream.lanes.size() / stream.pools.size();
+    for (size_t lane = 0; lane < stream.lanes.size(); ++lane) {
+      const int32_t pool = stream.pools[lane / lanes_per_layer];
+      if (pool < 0) continue;
+      for (BlockId b : stream.lanes[lane].blocks) residual.emplace(pool, b.value());
+    }
+  }
+}
+
+int64_t bytes_of(const std::set<std::pair<int32_t, int64_t>>& blocks, const std::vector<int64_t>& block_bytes) {
+  int64_t total = 0;
+  for (const auto& [pool, block] : blocks) total += block_bytes[static_cast<size_t>(pool)];
+  return total;
+}
+
+}  // namespace
+
+ContextMemory Engine::context_memory(ContextId context) const {
+  const ContextState& c = state_->context(context);
+  const cache::CacheStats stats = cache_->stats();
+  std::vector<int64_t> block_bytes;
+  for (const cache::PoolUsage& p : stats.pools) block_bytes.push_back(p.block_bytes);
+  using Blocks = std::set<std::pair<int32_t, int64_t>>;
+  Blocks shared, own, residual, priv, unused;
+  const cache::CacheManager& m = cache_->manager();
+  if (c.shared_seq.valid()) collect_blocks(m.sequence(c.shared_seq), shared, residual);
+  for (const ReaderState& r : c.readers) {
+    if (r.own_seq.valid()) collect_blocks(m.sequence(r.own_seq), own, residual);
+    if (r.private_seq.valid()) collect_blocks(m.sequence(r.private_seq), priv, unused);
+  }
+  return {bytes_of(shared, block_bytes), bytes_of(own, block_bytes), bytes_of(residual, block_bytes),
+          bytes_of(priv, block_bytes)};
+}
+
+int64_t Engine::max_context_tokens() const { return model_.config().context_length; }
 
 }  // namespace lorakv::runtime

@@ -88,6 +88,7 @@ struct StepOutput {
   at::Tensor logits;
   int64_t tokens_processed = 0;
   int64_t first_position = 0;  // of the first processed token
+  int64_t prefix_hit_tokens = 0;  // context tokens whose rows this entry adopted from the prefix index
 };
 
 // Whether one work entry ran in this step.
@@ -135,6 +136,16 @@ struct EngineMemory {
   int64_t adapter_bytes = 0;       // A and B of every adapter some reader uses (each once)
 };
 
+// Bytes of the pool blocks one context's rows hold (whole blocks; a block it shares with
+// another context by prefix is counted in each), by component.
+struct ContextMemory {
+  int64_t shared_bytes = 0;    // the context's shared rows (base rows, or full rows in full_shared)
+  int64_t own_bytes = 0;       // readers' own full rows (`full`)
+  int64_t residual_bytes = 0;  // residual streams (base_shared, base_lr_shared)
+  int64_t private_bytes = 0;   // private rows (instructions, replies in progress)
+  int64_t total() const { return shared_bytes + own_bytes + residual_bytes + private_bytes; }
+};
+
 class Engine {
  public:
   // Throws ConfigError when the model's head size is one the fused kernel does not take.
@@ -162,6 +173,11 @@ class Engine {
   void remove_reader(ReaderRef reader);
   // Frees every row of the context.
   void release_context(ContextId context);
+  // A new context with the same tokens and readers (same indices, adapters pinned again),
+  // sharing every row of the source copy-on-write: nothing is copied until one of the two
+  // writes into a shared block. Throws ConfigError while a reader has private rows (a reply
+  // in flight): its rows and tokens would have no owner in the copy.
+  ContextId fork_context(ContextId source);
 
   // Appends tokens to the context; nobody has processed them yet. Throws ConfigError for
   // token ids outside the vocabulary.
@@ -197,6 +213,9 @@ class Engine {
   bool has_left(ReaderRef reader) const;
 
   EngineMemory memory() const;
+  ContextMemory context_memory(ContextId context) const;
+  // Most positions one context may reach: the model's context length.
+  int64_t max_context_tokens() const;
   const cache::PagedKvCache& cache() const { return *cache_; }
 
   struct State;  // contexts and readers (engine_state.h)

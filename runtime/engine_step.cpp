@@ -163,18 +163,28 @@ std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const Cont
   const int64_t w = rows_of(cache, c.shared_seq);
   const std::vector<ReaderStream>& fills = streams_to_fill(c, r);
   int64_t base_end = w;
-  if (c.options.writer == SharedWriter::kBase && w < n) {
+  // base_lr_shared: the shared C may lag the base rows (base rows adopted from the prefix
+  // index where another context, in base_shared, indexed no C of this group): the base
+  // writer runs from the lagging C on and writes base rows only from w.
+  int64_t base_start = w;
+  if (c.options.writer == SharedWriter::kBase && mode == SharingMode::kBaseLrShared) {
+    for (const ReaderStream& s : fills) base_start = std::min(base_start, coverage(cache, c.shared_seq, s));
+  }
+  if (c.options.writer == SharedWriter::kBase && base_start < n) {
     // The base model processes the new tokens first and writes the shared rows (and, in
     // base_lr_shared, the shared C); the reader builds only its own residuals.
-    Item it = context_item(nullptr, AdapterIdentity::base_model(), w, std::min(n, w + chunk));
+    Item it = context_item(nullptr, AdapterIdentity::base_model(), base_start, std::min(n, base_start + chunk));
     it.work = kNoWork;
     it.all_logits = false;  // nobody reads the base writer's logits
     it.write_seq = it.read_seq = c.shared_seq;
-    it.base_from = w;
+    if (w < it.end) it.base_from = w;
     if (mode == SharingMode::kBaseLrShared) {
-      for (const ReaderStream& s : fills) it.fills.push_back({&s, coverage(cache, c.shared_seq, s)});
+      for (const ReaderStream& s : fills) {
+        const int64_t from = coverage(cache, c.shared_seq, s);
+        if (from < it.end) it.fills.push_back({&s, from});
+      }
     }
-    base_end = it.end;
+    base_end = std::max(w, it.end);
     items.push_back(std::move(it));
   }
   const bool reader_writes_base = c.options.writer == SharedWriter::kFirst;
@@ -347,6 +357,7 @@ void admit_entry(Admission& a, const StepWork& w, size_t entry) {
   StepStats& stats = a.result.stats;
   ++stats.admitted;
   stats.prefix_hit_tokens += hits;
+  a.result.outputs[entry].prefix_hit_tokens = hits;
   for (size_t p = 0; p < reserved.size(); ++p) {
     stats.blocks_reserved[p] += reserved[p];
     if (a.result.capacity.ok) a.result.capacity.blocks_needed[p] += reserved[p];

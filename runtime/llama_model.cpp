@@ -266,4 +266,8 @@ at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
   return weights_.lm_head.linear(hidden).to(at::kFloat);
 }
 
+void LlamaModel::forget_adapter_stacks() const {
+  for (kernels::LoraStackCache& stacks : lora_stacks_) stacks.clear();
+}
+
 }  // namespace lorakv::runtime

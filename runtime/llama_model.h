@@ -119,6 +119,9 @@ class LlamaModel {
   std::pair<at::Tensor, at::Tensor> rope_half_tables(int64_t rows) const;
   // Softmax scale of attention.
   double attention_scale() const;
+  // Drops the adapter factors kept across decode steps (lora_stacks_), so an adapter
+  // unloaded from its registry is freed once no reader holds it. Thread-safe.
+  void forget_adapter_stacks() const;
 
  private:
   // The one choke point for every linear projection of a layer: x [T, in] -> [T, out]:

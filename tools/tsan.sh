@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/tsan.sh: a ThreadSanitizer build in its own folder (build-tsan/) of the tests of the
-# torch-free layers (common, formats), of the cache, and of the adapter registry, then runs
+# torch-free layers (common, formats), of the cache, of the adapter registry, and of the
+# sessions' engine thread (agents/scheduler.h against a fake engine, no libtorch), then runs
 # them under TSan. Any TSan report fails the run (TSan's exit code 66), as does any failed
 # test. Only libtorch's own frames may be suppressed (tools/tsan.supp): libtorch and its
 # OpenMP runtime are not instrumented, lorakv and the tests are.
@@ -26,6 +27,7 @@ binaries=()
 for layer in common formats cache adapters; do
   if [ -f "$LORAKV_ROOT/tests/$layer/CMakeLists.txt" ]; then binaries+=("lorakv_${layer}_tests"); fi
 done
+if [ -f "$LORAKV_ROOT/tests/agents/CMakeLists.txt" ]; then binaries+=(lorakv_agents_core_tests); fi
 export LORAKV_BUILD_TARGETS="${binaries[*]}"
 
 # The build shares the machine's cores with every other build: one at a time.

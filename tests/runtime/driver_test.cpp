@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,143 @@ TEST_F(DriverTest, GeneratingWithoutLogitsNeedsASuffix) {
   Driver(engine).run(jobs);
   EXPECT_EQ(out.size(), 3u);
   EXPECT_EQ(engine.private_tokens({c, 1}).size(), 2u + 2u);
+}
+
+// The step token budget (vLLM's chunked prefill): a long append is processed in chunks of
+// what the decoding jobs leave, every decoding job gets its token in every step, and no step
+// runs more than the budget.
+TEST_F(DriverTest, BudgetKeepsEveryDecodeGoingBesideALongPrefill) {
+  Engine engine(model(), pools(2048));
+  constexpr int64_t kBudget = 24;
+  constexpr int kDecoders = 3, kTokens = 12;
+  std::vector<std::vector<int32_t>> out(kDecoders);
+  std::vector<int64_t> tokens_per_step;
+  Driver driver(engine, [&](Engine&, const StepResult& r) { tokens_per_step.push_back(r.stats.tokens_processed); },
+                DriverOptions{kBudget});
+  for (int d = 0; d < kDecoders; ++d) {
+    const ContextId c = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr});
+    engine.append(c, seq_tokens(4, d + 1));
+    driver.add(greedy_job({c, 0}, kTokens, out[static_cast<size_t>(d)]));
+  }
+  // The decoders' short prompts run first (steps of at most the budget); then the long one joins.
+  while (std::any_of(out.begin(), out.end(), [](const auto& o) { return o.empty(); })) driver.step();
+  const ContextId long_context = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr});
+  engine.append(long_context, seq_tokens(200, 5));
+  DriverJob prefill_job;
+  prefill_job.reader = {long_context, 0};
+  driver.add(std::move(prefill_job));
+  std::vector<size_t> before(kDecoders);
+  const size_t first_step = tokens_per_step.size();
+  while (engine.pending_tokens({long_context, 0}) > 0) {
+    for (size_t d = 0; d < out.size(); ++d) before[d] = out[d].size();
+    ASSERT_TRUE(driver.step());
+    for (size_t d = 0; d < out.size(); ++d) {
+      if (before[d] <= static_cast<size_t>(kTokens)) {
+        EXPECT_EQ(out[d].size(), before[d] + 1) << "decoder " << d << " got no token in a prefill step";
+      }
+    }
+  }
+  for (size_t s = 0; s < tokens_per_step.size(); ++s) EXPECT_LE(tokens_per_step[s], kBudget) << "step " << s;
+  // 200 tokens at most 24 - 3 per step: the prefill took at least 10 steps (chunked, not one).
+  EXPECT_GE(tokens_per_step.size() - first_step, 200u / (kBudget - kDecoders));
+  while (driver.step()) {
+  }
+  EXPECT_EQ(driver.num_jobs(), 0u);
+}
+
+// Without a budget the same long append runs in prefill_chunk pieces beside the decoders:
+// the budget is what bounds a step (the test above is sensitive to it).
+TEST_F(DriverTest, WithoutBudgetAStepRunsWholeChunks) {
+  Engine engine(model(), pools(2048));
+  const ContextId c = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr});
+  engine.append(c, seq_tokens(40));
+  std::vector<int64_t> processed;
+  Driver hooked(engine, [&](Engine&, const StepResult& r) { processed.push_back(r.stats.tokens_processed); });
+  DriverJob job2;
+  job2.reader = {c, 0};
+  hooked.add(std::move(job2));
+  while (hooked.step()) {
+  }
+  EXPECT_EQ(processed, (std::vector<int64_t>{16, 16, 8}));  // prefill_chunk 16
+}
+
+// Priority orders who runs when the budget is short; a group's cap limits its jobs together.
+TEST_F(DriverTest, PriorityAndGroupCapShareAShortBudget) {
+  Engine engine(model(), pools(2048));
+  std::vector<ReaderRef> readers;
+  for (int i = 0; i < 3; ++i) {
+    const ContextId c = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr});
+    engine.append(c, seq_tokens(30, i + 1));
+    readers.push_back({c, 0});
+  }
+  std::vector<std::vector<int64_t>> ran(3);
+  Driver driver(engine, nullptr, DriverOptions{20});
+  for (int i = 0; i < 3; ++i) {
+    DriverJob job;
+    job.reader = readers[static_cast<size_t>(i)];
+    job.max_chunk = 30;
+    job.priority = i == 2 ? 1 : 0;  // the last added goes first
+    job.group = i == 2 ? 7 : 3;
+    job.group_token_cap = i == 2 ? 0 : 6;  // jobs 0 and 1 share 6 tokens a step
+    job.on_output = [&ran, i](const StepOutput& out) { ran[static_cast<size_t>(i)].push_back(out.tokens_processed); };
+    driver.add(std::move(job));
+  }
+  ASSERT_TRUE(driver.step());
+  ASSERT_EQ(ran[2].size(), 1u);
+  EXPECT_EQ(ran[2][0], 20) << "the high-priority job takes the whole budget";
+  EXPECT_TRUE(ran[0].empty() && ran[1].empty());
+  ASSERT_TRUE(driver.step());
+  EXPECT_EQ(ran[2].back(), 10);  // its last 10 tokens
+  ASSERT_EQ(ran[0].size(), 1u);
+  EXPECT_EQ(ran[0][0], 6) << "job 0 is held to its group's cap";
+  EXPECT_TRUE(ran[1].empty()) << "job 1 shares the cap job 0 used up";
+}
+
+// Jobs added between steps join the next step; a cancelled job's on_done runs and its work
+// stops; a job whose callback throws fails alone through on_error.
+TEST_F(DriverTest, AddCancelAndFailOneJobWhileOthersRun) {
+  Engine engine(model(), pools(2048));
+  Driver driver(engine);
+  std::vector<ContextId> contexts;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr}));
+    engine.append(contexts.back(), seq_tokens(6, i + 2));
+  }
+  std::vector<int32_t> a, b, c;
+  bool b_done = false, c_failed = false;
+  driver.add(greedy_job({contexts[0], 0}, 6, a));
+  DriverJob jb = greedy_job({contexts[1], 0}, 100, b);
+  jb.on_done = [&] { b_done = true; };
+  const JobId b_id = driver.add(std::move(jb));
+  DriverJob jc = greedy_job({contexts[2], 0}, 100, c);
+  jc.next = [&](const at::Tensor&) -> std::optional<int32_t> { throw ConfigError("callback failed"); };
+  jc.on_error = [&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const ConfigError&) {
+      c_failed = true;
+    }
+  };
+  driver.add(std::move(jc));
+  ASSERT_TRUE(driver.step());  // the prompts
+  ASSERT_TRUE(driver.step());  // the first tokens: c's callback throws
+  EXPECT_TRUE(c_failed);
+  EXPECT_TRUE(driver.cancel(b_id));
+  EXPECT_TRUE(b_done);
+  EXPECT_FALSE(driver.cancel(b_id));
+  const size_t b_tokens = b.size();
+  while (driver.step()) {
+  }
+  EXPECT_EQ(b.size(), b_tokens) << "a cancelled job ran on";
+  EXPECT_EQ(a.size(), 7u);  // 6 run, the 7th ends it
+  // a alone gives the same tokens.
+  Engine alone(model(), pools(2048));
+  const ContextId x = alone.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr});
+  alone.append(x, seq_tokens(6, 2));
+  std::vector<int32_t> a_alone;
+  std::vector<DriverJob> jobs{greedy_job({x, 0}, 6, a_alone)};
+  Driver(alone).run(jobs);
+  EXPECT_EQ(a, a_alone);
 }
 
 }  // namespace

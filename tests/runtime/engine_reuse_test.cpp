@@ -247,5 +247,26 @@ TEST_F(EngineReuse, CommitAdoptsPrivateRowsWhereTheyEqualTheContextRows) {
   EXPECT_EQ(engine.pending_tokens({c, 0}), static_cast<int64_t>(next.size() + reply.size()));
 }
 
+// base_shared and base_lr_shared key their base rows alike, so a base_lr_shared context with
+// writer `base` adopts base rows a base_shared context indexed, and its shared C (which that
+// context never wrote) starts behind them: the base writer must run from the C's coverage.
+// Found by the sessions' concurrency test (a session of each mode on one question).
+TEST_F(EngineReuse, SharedCLaggingAdoptedBaseRowsIsFilledByTheBaseWriter) {
+  const std::vector<int32_t> prompt = seq_tokens(40);
+  const std::vector<int32_t> probe = {3, 9};
+  const ContextOptions lr{SharingMode::kBaseLrShared, SharedWriter::kBase};
+  const AdapterPtr a2 = lorakv::testing::make_tiny_adapter(model(), "a2", 1, 33);  // a's A: one group
+  Engine e(model(), pools());
+  const ContextId other = e.create_context({SharingMode::kBaseShared, SharedWriter::kBase}, {a_});
+  e.append(other, prompt);
+  prefill(e, {other, 0});
+  const ContextId c = e.create_context(lr, {a_, a2});
+  e.append(c, prompt);
+  const at::Tensor reused = probe_logits(e, {c, 1}, probe);
+  EXPECT_GT(e.memory().cache.bytes_in_use, 0);
+  const at::Tensor fresh = fresh_probe_logits(lr, {a_, a2}, 1, prompt, probe);
+  EXPECT_LT(relative_error(reused, fresh), kFloat32LogitsTolerance);
+}
+
 }  // namespace
 }  // namespace lorakv::runtime

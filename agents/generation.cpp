@@ -1,0 +1,298 @@
+// agents/generation.cpp: replies on the engine thread: start (checks, then one driver job
+// per agent), each token (constraint, sampling, streaming, stops), the end (commit or drop),
+// cancellation, deadlines and failures.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+#include "lorakv/agents/runtime_core.h"
+#include "lorakv/common/errors.h"
+
+namespace lorakv::agents {
+
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// The logits with every token but `allowed` at -inf. logits: float32 [vocab].
+at::Tensor only(const at::Tensor& logits, std::vector<int32_t> allowed) {
+  const at::Tensor index =
+      at::from_blob(allowed.data(), {static_cast<int64_t>(allowed.size())}, at::kInt).to(at::kLong);
+  at::Tensor masked = at::full_like(logits, -std::numeric_limits<float>::infinity());
+  masked.index_copy_(0, index, logits.index_select(0, index));
+  return masked;
+}
+
+// The picked token's log-probability and the best other one's. logits: float32 [vocab].
+void record_logprobs(Reply& r, const at::Tensor& logits, const runtime::SampledToken& picked) {
+  const at::Tensor log_probs = at::log_softmax(logits, 0);
+  const std::tuple<at::Tensor, at::Tensor> top = log_probs.topk(2);
+  const bool picked_best = std::get<1>(top)[0].item<int64_t>() == picked.token;
+  r.logprobs.push_back(log_probs[picked.token].item<double>());
+  r.runner_up_logprobs.push_back(std::get<0>(top)[picked_best ? 1 : 0].item<double>());
+}
+
+// CapacityError is the engine's; sessions report their own type.
+std::exception_ptr as_session_error(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const runtime::CapacityError& e) {
+    return std::make_exception_ptr(SessionCapacityError(e.message(), e.context()));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// A generation for `name`, checked; nothing changes yet.
+std::shared_ptr<Generation> prepare(RuntimeCore& core, SessionState& s, int64_t session, const std::string& name,
+                                    const GenerateOptions& options, Clock::time_point started,
+                                    std::shared_ptr<Generation> g) {
+  AgentState& a = core.agent(s, session, name);
+  if (a.busy) {
+    throw AgentBusyError("the agent is generating already", {"", name, "", "", "wait for its reply, or cancel it"});
+  }
+  if (!g) g = std::make_shared<Generation>();
+  g->session = session;
+  g->agent = name;
+  g->reader = a.reader;
+  g->options = options;
+  g->header = core.layout->header(name);
+  if (!a.options.instruction.empty()) g->suffix = core.layout->turn("system", a.options.instruction);
+  g->has_instruction = !g->suffix.empty();
+  g->suffix.insert(g->suffix.end(), g->header.begin(), g->header.end());
+  const std::vector<int32_t>& trajectory = core.engine->context_tokens(s.context);
+  const auto used = static_cast<int64_t>(trajectory.size() + g->suffix.size());
+  const int64_t room = core.engine->max_context_tokens() - used;
+  if (room < 1) {
+    throw ContextLengthError("the trajectory and the agent's private tokens fill the model's context",
+                             {"", name, "at most " + std::to_string(core.engine->max_context_tokens()) + " tokens",
+                              std::to_string(used) + " tokens", "start a new session, or shorten what is appended"});
+  }
+  g->token_limit = std::min(options.max_tokens, room);
+  g->sampler = std::make_unique<runtime::Sampler>(options.sampling);
+  g->decoder = std::make_unique<formats::StreamingDecoder>(core.layout->tokenizer(), /*render_special=*/false);
+  g->stops = std::make_unique<runtime::StopStringFilter>(options.stop);
+  if (!options.allowed_prefixes.empty()) {
+    g->prefixes = std::make_unique<OutputPrefixes>(core.layout->tokenizer(), options.allowed_prefixes);
+  }
+  g->seen = trajectory;
+  g->seen.insert(g->seen.end(), g->suffix.begin(), g->suffix.end());
+  g->started = started;
+  if (options.timeout.count() > 0) g->deadline = started + options.timeout;
+  g->reply.agent = name;
+  return g;
+}
+
+}  // namespace
+
+void RuntimeCore::start(int64_t session_id, const std::vector<std::string>& names, const GenerateOptions& options,
+                        Clock::time_point started, std::shared_ptr<Generation> alone,
+                        std::shared_ptr<GenerationGroup> group) {
+  SessionState& s = session(session_id, "Session::generate");
+  runtime::validate(options.sampling);
+  if (options.max_tokens < 0) throw ConfigError("max_tokens must be 0 or more", {"", "max_tokens"});
+  if (names.empty()) throw ConfigError("generate_all needs at least one agent", {"", "agents"});
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::count(names.begin(), names.end(), names[i]) > 1) {
+      throw ConfigError("an agent is named twice in one generate_all", {"", names[i]});
+    }
+  }
+  // Every check first: a refused call starts nothing.
+  std::vector<std::shared_ptr<Generation>> gens;
+  for (const std::string& name : names) {
+    gens.push_back(prepare(*this, s, session_id, name, options, started, names.size() == 1 ? alone : nullptr));
+  }
+  for (size_t i = 0; i < gens.size(); ++i) {
+    const std::shared_ptr<Generation>& g = gens[i];
+    AgentState& a = s.agents.at(g->agent);
+    if (group) {
+      g->group = group;
+      g->group_index = i;
+      group->members.push_back(g);
+    }
+    runtime::DriverJob job;
+    job.reader = g->reader;
+    job.suffix = g->suffix;
+    job.next = [this, raw = g.get()](const at::Tensor& logits) { return on_logits(*raw, logits); };
+    job.on_done = [this, g] { on_ended(g); };
+    job.on_error = [this, g](std::exception_ptr error) {
+      g->error = as_session_error(error);
+      on_ended(g);
+    };
+    job.on_output = [this, session_id](const runtime::StepOutput& out) {
+      auto it = sessions.find(session_id);
+      if (it == sessions.end()) return;
+      it->second.stats.tokens_processed += out.tokens_processed;
+      it->second.stats.prefix_hit_tokens += out.prefix_hit_tokens;
+    };
+    job.priority = s.options.priority;
+    job.group = session_id;
+    job.group_token_cap = s.options.max_tokens_per_step;
+    g->job = driver->add(std::move(job));
+    a.busy = true;
+    s.in_flight.push_back(g);
+  }
+}
+
+std::optional<int32_t> RuntimeCore::on_logits(Generation& g, const at::Tensor& logits) {
+  Reply& r = g.reply;
+  if (static_cast<int64_t>(r.tokens.size()) >= g.token_limit) {
+    r.end = ReplyEnd::kLength;
+    return std::nullopt;
+  }
+  const at::Tensor scores = g.prefixes && g.prefixes->active() ? only(logits, g.prefixes->allowed()) : logits;
+  const runtime::SampledToken picked = g.sampler->sample(scores, g.seen);
+  const Clock::time_point now = Clock::now();
+  if (r.tokens.empty()) {
+    g.first_token = now;
+    r.time_to_first_token_s = seconds_between(g.started, now);
+  }
+  g.last_token = now;
+  g.seen.push_back(picked.token);
+  r.tokens.push_back(picked.token);
+  if (g.options.logprobs) record_logprobs(r, logits, picked);
+  if (g.prefixes) g.prefixes->accept(picked.token);
+
+  std::optional<ReplyEnd> end;
+  std::string text;
+  if (picked.token == layout->end_id()) {
+    end = ReplyEnd::kEndOfTurn;
+  } else {
+    text = g.stops->push(g.decoder->feed(picked.token));
+    if (g.stops->stopped()) end = ReplyEnd::kStopString;
+  }
+  if (!end && static_cast<int64_t>(r.tokens.size()) >= g.token_limit) end = ReplyEnd::kLength;
+  if (end && !g.stops->stopped()) {
+    text += g.stops->push(g.decoder->flush());  // two statements: flush reaches the filter before finish()
+    text += g.stops->finish();
+    if (g.stops->stopped()) end = ReplyEnd::kStopString;
+  }
+  r.text += text;
+  if (!text.empty() && g.options.on_text && !g.options.on_text(text) && !end) end = ReplyEnd::kCallback;
+  if (end) {
+    r.end = *end;
+    return std::nullopt;
+  }
+  return picked.token;
+}
+
+// The reply joins the trajectory: header, generated tokens, <|im_end|> (when the agent did
+// not write it), newline. Without an instruction the private rows are header + every
+// generated token but the last (the driver never ran the last), and commit_private adopts
+// them where the mode allows.
+void RuntimeCore::commit(SessionState& s, Generation& g) {
+  const std::vector<int32_t>& generated = g.reply.tokens;
+  std::vector<int32_t> tail;
+  if (g.has_instruction) {
+    engine->drop_private(g.reader);
+    tail = g.header;
+    tail.insert(tail.end(), generated.begin(), generated.end());
+  } else {
+    engine->commit_private(g.reader);
+    if (!generated.empty()) tail.push_back(generated.back());
+  }
+  if (generated.empty() || generated.back() != layout->end_id()) tail.push_back(layout->end_id());
+  tail.insert(tail.end(), layout->newline().begin(), layout->newline().end());
+  engine->append(s.context, tail);
+}
+
+// Ends one generation in its session: appended (or its private rows dropped), the agent free.
+void RuntimeCore::finish(SessionState* s, const std::shared_ptr<Generation>& g) {
+  Reply& r = g->reply;
+  if (g->forced_end) r.end = *g->forced_end;
+  if (!r.tokens.empty()) r.decode_seconds = seconds_between(g->first_token, g->last_token);
+  if (s == nullptr) return;
+  s->in_flight.erase(std::remove(s->in_flight.begin(), s->in_flight.end(), g), s->in_flight.end());
+  auto agent = s->agents.find(g->agent);
+  const bool present = agent != s->agents.end() && !engine->has_left(g->reader);
+  if (agent != s->agents.end()) agent->second.busy = false;
+  if (present && !g->error && !g->forced_end) {
+    commit(*s, *g);
+    r.appended = true;
+    ++s->stats.replies;
+  } else if (present) {
+    engine->drop_private(g->reader);
+  }
+  s->stats.tokens_generated += static_cast<int64_t>(r.tokens.size());
+  if (!r.tokens.empty()) {
+    s->stats.last_time_to_first_token_s = r.time_to_first_token_s;
+    s->decode_seconds += r.decode_seconds;
+    s->decode_tokens += static_cast<int64_t>(r.tokens.size()) - 1;
+  }
+}
+
+void RuntimeCore::on_ended(const std::shared_ptr<Generation>& g) {
+  g->ended = true;
+  auto it = sessions.find(g->session);
+  SessionState* s = it == sessions.end() ? nullptr : &it->second;
+  if (!g->group) {
+    finish(s, g);
+    if (g->error) {
+      g->promise.set_exception(g->error);
+    } else {
+      g->promise.set_value(std::move(g->reply));
+    }
+    return;
+  }
+  GenerationGroup& group = *g->group;
+  if (++group.ended < group.members.size()) return;
+  std::exception_ptr error;
+  std::vector<Reply> replies;
+  for (const std::shared_ptr<Generation>& m : group.members) {
+    finish(s, m);
+    if (m->error && !error) error = m->error;
+    replies.push_back(std::move(m->reply));
+  }
+  std::shared_ptr<GenerationGroup> keep = g->group;  // members hold the group; release them below
+  for (const std::shared_ptr<Generation>& m : keep->members) m->group.reset();
+  if (error) {
+    keep->promise.set_exception(error);
+  } else {
+    keep->promise.set_value(std::move(replies));
+  }
+}
+
+void RuntimeCore::end_in_flight(SessionState& s, ReplyEnd end, const std::string& only_agent) {
+  std::vector<std::shared_ptr<Generation>> targets;
+  for (const std::shared_ptr<Generation>& g : s.in_flight) {
+    if (only_agent.empty() || g->agent == only_agent) targets.push_back(g);
+  }
+  // Whole groups: a member that ended and waits for the others is not appended either.
+  for (const std::shared_ptr<Generation>& g : targets) {
+    if (!g->forced_end) g->forced_end = end;
+  }
+  for (const std::shared_ptr<Generation>& g : targets) {
+    if (!g->ended) driver->cancel(g->job);
+  }
+}
+
+bool RuntimeCore::has_work() {
+  const Clock::time_point now = Clock::now();
+  std::vector<std::shared_ptr<Generation>> late;
+  for (auto& [id, s] : sessions) {
+    for (const std::shared_ptr<Generation>& g : s.in_flight) {
+      if (!g->ended && g->deadline && now >= *g->deadline) late.push_back(g);
+    }
+  }
+  for (const std::shared_ptr<Generation>& g : late) {
+    if (g->ended) continue;
+    g->forced_end = ReplyEnd::kDeadline;
+    driver->cancel(g->job);
+  }
+  return driver->num_jobs() > 0;
+}
+
+void RuntimeCore::fail_all(std::exception_ptr error) {
+  std::vector<std::shared_ptr<Generation>> all;
+  for (auto& [id, s] : sessions) all.insert(all.end(), s.in_flight.begin(), s.in_flight.end());
+  for (const std::shared_ptr<Generation>& g : all) {
+    if (g->ended) continue;
+    g->error = as_session_error(error);
+    driver->cancel(g->job);
+  }
+}
+
+}  // namespace lorakv::agents

@@ -1,0 +1,171 @@
+// agents/runtime.cpp: the runtime's core (model, adapters, engine, driver, engine thread)
+// and the Runtime's methods, each run on the engine thread.
+#include "lorakv/agents/runtime.h"
+
+#include <ATen/Parallel.h>
+
+#include "lorakv/agents/runtime_core.h"
+#include "lorakv/common/errors.h"
+
+namespace lorakv::agents {
+
+const char* reply_end_name(ReplyEnd end) {
+  switch (end) {
+    case ReplyEnd::kEndOfTurn: return "end_of_turn";
+    case ReplyEnd::kStopString: return "stop_string";
+    case ReplyEnd::kLength: return "length";
+    case ReplyEnd::kCallback: return "callback";
+    case ReplyEnd::kCancelled: return "cancelled";
+    case ReplyEnd::kDeadline: return "deadline";
+  }
+  return "unknown";
+}
+
+namespace {
+
+void check_options(const RuntimeOptions& o) {
+  auto positive = [](int64_t value, const char* key) {
+    if (value <= 0) throw ConfigError(std::string(key) + " must be positive", {"", key, "> 0", std::to_string(value)});
+  };
+  if (o.model.empty()) throw ConfigError("no model given", {"", "model", "a GGUF file or an HF checkpoint directory"});
+  positive(o.kv_pool_bytes, "kv_pool_bytes");
+  positive(o.block_size, "block_size");
+  positive(o.prefill_chunk, "prefill_chunk");
+  if (o.step_token_budget < 0) throw ConfigError("step_token_budget must be 0 (no limit) or more", {"", "step_token_budget"});
+  if (o.threads < 0) throw ConfigError("threads must be 0 (libtorch's default) or more", {"", "threads"});
+}
+
+runtime::EngineOptions engine_options(const RuntimeOptions& o) {
+  runtime::EngineOptions e;
+  e.kv_pool_bytes = o.kv_pool_bytes;
+  e.residual_rows_per_base_row = o.residual_rows_per_base_row;
+  e.block_size = o.block_size;
+  e.prefill_chunk = o.prefill_chunk;
+  return e;
+}
+
+std::string loaded_names(const adapters::AdapterRegistry& registry) {
+  std::string names;
+  for (const adapters::AdapterInfo& info : registry.list()) names += (names.empty() ? "" : ", ") + info.name;
+  return names.empty() ? "none loaded" : "loaded: " + names;
+}
+
+}  // namespace
+
+RuntimeCore::RuntimeCore(RuntimeOptions o) : options(std::move(o)) {
+  check_options(options);
+  if (options.threads > 0) at::set_num_threads(options.threads);
+  loaded = runtime::load_model(options.model, runtime::parse_model_dtype(options.dtype));
+  if (!loaded.tokenizer) {
+    throw ConfigError("sessions need the model's tokenizer", {options.model, "tokenizer", "", "none",
+                                                             "use a GGUF file, or an HF directory with tokenizer.json"});
+  }
+  registry = std::make_unique<adapters::AdapterRegistry>(loaded.model->adapter_shape(), loaded.model->dtype());
+  layout = std::make_unique<ChatLayout>(*loaded.tokenizer);
+  engine = std::make_unique<runtime::Engine>(*loaded.model, engine_options(options));
+  driver = std::make_unique<runtime::Driver>(*engine, nullptr, runtime::DriverOptions{options.step_token_budget});
+  scheduler = std::make_unique<Scheduler>(*this);
+}
+
+RuntimeCore::~RuntimeCore() {
+  if (scheduler) scheduler->stop();  // before anything the engine thread reads goes
+}
+
+SessionState& RuntimeCore::session(int64_t id, const std::string& call) {
+  auto it = sessions.find(id);
+  if (it == sessions.end()) {
+    throw SessionClosedError("session " + std::to_string(id) + " is closed", {"", call, "", "", "open a new session"});
+  }
+  return it->second;
+}
+
+AgentState& RuntimeCore::agent(SessionState& s, int64_t id, const std::string& name) {
+  auto it = s.agents.find(name);
+  if (it != s.agents.end()) return it->second;
+  std::string names;
+  for (const auto& [n, a] : s.agents) names += (names.empty() ? "" : ", ") + n;
+  throw UnknownAgentError("session " + std::to_string(id) + " has no agent " + name,
+                          {"", name, names.empty() ? "no agents yet" : "one of: " + names, "", "add it with add_agent"});
+}
+
+void RuntimeCore::close_session(int64_t id) {
+  auto it = sessions.find(id);
+  if (it == sessions.end()) return;
+  end_in_flight(it->second, ReplyEnd::kCancelled);
+  engine->release_context(it->second.context);
+  sessions.erase(id);
+}
+
+Runtime::Runtime(RuntimeOptions options) : core_(std::make_shared<RuntimeCore>(std::move(options))) {}
+
+Runtime::~Runtime() {
+  try {
+    core_->scheduler->call(
+        [core = core_.get()] {
+          while (!core->sessions.empty()) core->close_session(core->sessions.begin()->first);
+        },
+        "Runtime::~Runtime");
+  } catch (const std::exception&) {
+    // Stopped already, or called on the engine thread: nothing more can be closed safely.
+  }
+  core_->scheduler->stop();
+}
+
+void Runtime::load_adapter(const std::string& name, const std::string& path) {
+  core_->registry->load(name, path);  // the registry is thread-safe; parsing stays off the engine thread
+}
+
+void Runtime::unload_adapter(const std::string& name) {
+  const adapters::UnloadResult result = core_->registry->unload(name);
+  if (result.status == adapters::UnloadStatus::kNotFound) {
+    throw UnknownAdapterError("no adapter " + name, {"", name, loaded_names(*core_->registry)});
+  }
+  if (result.status == adapters::UnloadStatus::kInUse) {
+    throw ConfigError(result.message, {"", name, "", "", "remove the agents bound to it first"});
+  }
+  // Decode batches keep stacked factors across steps; drop them so the memory goes now.
+  core_->loaded.model->forget_adapter_stacks();
+}
+
+std::vector<std::string> Runtime::adapters() const {
+  std::vector<std::string> names;
+  for (const adapters::AdapterInfo& info : core_->registry->list()) names.push_back(info.name);
+  return names;
+}
+
+std::shared_ptr<Session> Runtime::open_session(const SessionOptions& options) {
+  if (options.max_tokens_per_step < 0) {
+    throw ConfigError("max_tokens_per_step must be 0 (no cap) or more", {"", "max_tokens_per_step"});
+  }
+  const int64_t id = core_->scheduler->call(
+      [core = core_.get(), &options] {
+        SessionState s;
+        s.options = options;
+        s.context = core->engine->create_context({options.mode, options.writer}, {});
+        const int64_t session_id = core->next_session++;
+        core->sessions.emplace(session_id, std::move(s));
+        return session_id;
+      },
+      "Runtime::open_session");
+  return std::shared_ptr<Session>(new Session(core_, id));
+}
+
+RuntimeStats Runtime::stats() const {
+  return core_->scheduler->call(
+      [core = core_.get()] {
+        RuntimeStats r;
+        const runtime::EngineMemory m = core->engine->memory();
+        r.sessions = static_cast<int64_t>(core->sessions.size());
+        r.kv_bytes_in_use = m.cache.bytes_in_use;
+        r.kv_bytes_peak = m.cache.peak_bytes_in_use;
+        r.kv_bytes_capacity = m.cache.reserved_bytes;
+        r.adapter_bytes = core->registry->num_bytes();
+        r.steps = core->driver->stats().steps;
+        return r;
+      },
+      "Runtime::stats");
+}
+
+const RuntimeOptions& Runtime::options() const { return core_->options; }
+
+}  // namespace lorakv::agents

@@ -1,0 +1,53 @@
+// agents/runtime.h: what agent orchestration code links: one base model, its adapters, one
+// engine with its KV pools, and the engine thread that batches every session's work
+// (agents/scheduler.h). Open sessions (agents/session.h) on it from any thread.
+//
+//   lorakv::agents::RuntimeOptions options;
+//   options.model = "SmolLM2-135M-Instruct.Q4_1.gguf";
+//   lorakv::agents::Runtime rt(options);
+//   rt.load_adapter("planner", "assets/role_adapters/all_linear/planner");
+//   auto s = rt.open_session({});
+//   s->add_agent({"planner", "planner"});
+//   s->append("user", "How old was Dok Gramein in 1940?");
+//   lorakv::agents::Reply r = s->generate("planner");
+//
+// Threading: every method may be called from any thread. Sessions may outlive their
+// Runtime: destroying it closes every session (their later calls throw SessionClosedError)
+// and stops the engine thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lorakv/agents/session.h"
+#include "lorakv/agents/session_types.h"
+
+namespace lorakv::agents {
+
+class Runtime {
+ public:
+  // Loads the model and starts the engine thread. Throws ModelLoadError, ConfigError.
+  explicit Runtime(RuntimeOptions options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Loads a PEFT directory or GGUF LoRA file as `name` (AdapterLoadError, ConfigError when
+  // the name is taken).
+  void load_adapter(const std::string& name, const std::string& path);
+  // Unloads it; its memory goes. Throws UnknownAdapterError, or ConfigError while an agent
+  // is bound to it (remove the agent first).
+  void unload_adapter(const std::string& name);
+  std::vector<std::string> adapters() const;
+
+  std::shared_ptr<Session> open_session(const SessionOptions& options = {});
+
+  RuntimeStats stats() const;
+  const RuntimeOptions& options() const;
+
+ private:
+  std::shared_ptr<RuntimeCore> core_;
+};
+
+}  // namespace lorakv::agents

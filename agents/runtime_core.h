@@ -1,0 +1,118 @@
+// agents/runtime_core.h: the state behind Runtime and Session (not part of the API: the
+// public headers do not include it). Everything here but the scheduler's queue is touched
+// on the engine thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lorakv/adapters/adapter_registry.h"
+#include "lorakv/agents/chat_layout.h"
+#include "lorakv/agents/output_prefixes.h"
+#include "lorakv/agents/scheduler.h"
+#include "lorakv/agents/session_types.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/runtime/driver.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/loaded_model.h"
+#include "lorakv/runtime/sampler.h"
+#include "lorakv/runtime/stop_strings.h"
+
+namespace lorakv::agents {
+
+using Clock = std::chrono::steady_clock;
+
+struct AgentState {
+  AgentOptions options;
+  runtime::ReaderRef reader;
+  bool busy = false;  // a reply in flight
+};
+
+struct GenerationGroup;
+
+// One reply in flight.
+struct Generation {
+  int64_t session = 0;
+  std::string agent;
+  runtime::ReaderRef reader;
+  GenerateOptions options;
+  std::vector<int32_t> header;  // the agent's turn header: private now, shared at commit
+  std::vector<int32_t> suffix;  // run privately before the reply: instruction turn, header
+  bool has_instruction = false;
+  int64_t token_limit = 0;      // max_tokens, less where the model's context ends first
+  std::unique_ptr<runtime::Sampler> sampler;
+  std::unique_ptr<formats::StreamingDecoder> decoder;
+  std::unique_ptr<runtime::StopStringFilter> stops;
+  std::unique_ptr<OutputPrefixes> prefixes;
+  std::vector<int32_t> seen;    // what the repetition penalty reads: trajectory, private, reply
+  runtime::JobId job = -1;
+  Clock::time_point started, first_token, last_token;
+  std::optional<Clock::time_point> deadline;
+  std::optional<ReplyEnd> forced_end;  // cancelled or past its deadline: nothing is appended
+  std::exception_ptr error;
+  bool ended = false;
+  Reply reply;
+  std::promise<Reply> promise;             // alone
+  std::shared_ptr<GenerationGroup> group;  // or one of generate_all's
+  size_t group_index = 0;
+};
+
+// generate_all's replies: appended in order once all have ended.
+struct GenerationGroup {
+  std::vector<std::shared_ptr<Generation>> members;
+  size_t ended = 0;
+  std::promise<std::vector<Reply>> promise;
+};
+
+struct SessionState {
+  SessionOptions options;
+  runtime::ContextId context;
+  std::map<std::string, AgentState> agents;
+  std::vector<std::shared_ptr<Generation>> in_flight;
+  SessionStats stats;
+  double decode_seconds = 0;
+  int64_t decode_tokens = 0;
+};
+
+struct RuntimeCore : StepSource {
+  explicit RuntimeCore(RuntimeOptions options);
+  ~RuntimeCore() override;
+
+  // StepSource (the engine thread).
+  bool has_work() override;
+  void step() override { driver->step(); }
+  void fail_all(std::exception_ptr error) override;
+
+  // Engine-thread operations behind Session's methods (session.cpp, generation.cpp).
+  SessionState& session(int64_t id, const std::string& call);  // SessionClosedError when gone
+  AgentState& agent(SessionState& s, int64_t id, const std::string& name);
+  void start(int64_t session, const std::vector<std::string>& agents, const GenerateOptions& options,
+             Clock::time_point started, std::shared_ptr<Generation> alone, std::shared_ptr<GenerationGroup> group);
+  std::optional<int32_t> on_logits(Generation& g, const at::Tensor& logits);
+  void on_ended(const std::shared_ptr<Generation>& g);
+  void end_in_flight(SessionState& s, ReplyEnd end, const std::string& only_agent = "");
+  void close_session(int64_t id);
+
+  RuntimeOptions options;
+  runtime::LoadedModel loaded;
+  std::unique_ptr<adapters::AdapterRegistry> registry;
+  std::unique_ptr<ChatLayout> layout;
+  std::unique_ptr<runtime::Engine> engine;
+  std::unique_ptr<runtime::Driver> driver;
+  std::map<int64_t, SessionState> sessions;
+  int64_t next_session = 0;
+  // Last: started once everything above exists, stopped (in ~Runtime) before it goes.
+  std::unique_ptr<Scheduler> scheduler;
+
+ private:
+  void commit(SessionState& s, Generation& g);
+  void finish(SessionState* s, const std::shared_ptr<Generation>& g);
+};
+
+}  // namespace lorakv::agents

@@ -1,0 +1,106 @@
+// agents/session_types.h: the plain structs of the sessions API: what a runtime, a session,
+// an agent and a generation are created with, and what they report.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lorakv/runtime/sampler.h"
+#include "lorakv/runtime/sharing_mode.h"
+
+namespace lorakv::agents {
+
+struct RuntimeOptions {
+  std::string model;               // a GGUF file, or a Hugging Face checkpoint directory
+  std::string dtype = "float32";   // activations: float32 or bfloat16
+  int threads = 0;                 // libtorch's intra-op threads; 0: its default
+  // The KV pools' capacity over every session, in bytes. Work that does not fit waits
+  // until other work frees rows; a session that cannot fit even alone is refused.
+  int64_t kv_pool_bytes = int64_t{512} << 20;
+  double residual_rows_per_base_row = 2.0;  // residual pools' size against the base pool's
+  int64_t block_size = 16;                  // token rows per cache block
+  int64_t prefill_chunk = 512;              // most context tokens one agent processes in one step
+  // Most tokens one engine step runs over every session. Decoding goes first; appended text
+  // is processed in chunks with what is left, so a long append does not stall decoding.
+  int64_t step_token_budget = 512;
+};
+
+struct SessionOptions {
+  runtime::SharingMode mode = runtime::SharingMode::kFull;  // docs/sharing_modes.md
+  runtime::SharedWriter writer = runtime::SharedWriter::kFirst;
+  int32_t priority = 0;               // higher goes first when a step's budget is short
+  int64_t max_tokens_per_step = 0;    // this session's tokens in one engine step; 0: no cap
+};
+
+struct AgentOptions {
+  std::string name;         // its turn name: the ChatML role of its replies (planner, actor...)
+  std::string adapter;      // a loaded adapter's name; empty: the base model
+  // Private: a system turn present only while this agent generates, never seen by the others
+  // and never part of the trajectory.
+  std::string instruction;
+};
+
+struct GenerateOptions {
+  int64_t max_tokens = 256;
+  runtime::SamplingOptions sampling;  // greedy by default
+  std::vector<std::string> stop;      // stop strings: end the reply; not in its text
+  // The reply's text must start with one of these ("Lookup[", "Finish["), whatever tokens
+  // spell it. Empty: no constraint.
+  std::vector<std::string> allowed_prefixes;
+  // Called on the engine thread with each newly printable piece of the reply (valid UTF-8).
+  // Return false to end the reply there (it is kept). It must not call a session method
+  // that waits (DeadlockError).
+  std::function<bool(const std::string& text)> on_text;
+  std::chrono::milliseconds timeout{0};  // 0: none; past it the reply ends as kDeadline
+  // Record each token's log-probability and the best other token's (OpenAI's top_logprobs=2).
+  bool logprobs = false;
+};
+
+enum class ReplyEnd {
+  kEndOfTurn,   // the agent wrote <|im_end|>
+  kStopString,  // one of GenerateOptions::stop
+  kLength,      // max_tokens, or the model's context
+  kCallback,    // on_text returned false
+  kCancelled,   // Session::cancel, remove_agent or close: nothing was appended
+  kDeadline,    // GenerateOptions::timeout passed: nothing was appended
+};
+const char* reply_end_name(ReplyEnd end);
+
+struct Reply {
+  std::string agent;
+  std::string text;             // what was streamed: stop strings and <|im_end|> excluded
+  std::vector<int32_t> tokens;  // generated ids, a final <|im_end|> included
+  // With GenerateOptions::logprobs, per token: its log-probability under the model, and the
+  // best other token's (their difference is the token's margin over the runner-up).
+  std::vector<double> logprobs, runner_up_logprobs;
+  ReplyEnd end = ReplyEnd::kEndOfTurn;
+  bool appended = false;        // the turn is now part of the trajectory
+  double time_to_first_token_s = 0;  // from the call to the first token
+  double decode_seconds = 0;         // from the first token to the last
+};
+
+struct SessionStats {
+  int64_t trajectory_tokens = 0;
+  int64_t tokens_processed = 0;   // rows run for the session's agents (context, private, generated)
+  int64_t tokens_generated = 0;
+  int64_t prefix_hit_tokens = 0;  // context tokens whose rows were found in the cache
+  int64_t replies = 0;
+  // KV bytes the session's rows hold, by component (whole blocks; a block shared with another
+  // session by prefix counts in each).
+  int64_t shared_kv_bytes = 0, own_kv_bytes = 0, residual_kv_bytes = 0, private_kv_bytes = 0;
+  double last_time_to_first_token_s = 0;
+  double decode_tokens_per_second = 0;  // generated tokens over decode time, every reply so far
+};
+
+struct RuntimeStats {
+  int64_t sessions = 0;
+  int64_t kv_bytes_in_use = 0, kv_bytes_peak = 0, kv_bytes_capacity = 0;
+  int64_t adapter_bytes = 0;  // every loaded adapter
+  int64_t steps = 0;          // engine steps so far
+};
+
+}  // namespace lorakv::agents

@@ -1,0 +1,127 @@
+// tests/agents/core/chat_layout_test.cpp: the session layout's ids against the table of
+// tools/agentic_qa/README.md (llama.cpp's tokenizer on the same GGUF), and the prefix
+// constraint on the real vocabulary.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lorakv/agents/chat_layout.h"
+#include "lorakv/agents/output_prefixes.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/tokenizer_gguf.h"
+#include "tests/support/test_settings.h"
+
+namespace lorakv::agents {
+namespace {
+
+class AgentsVocabulary : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = lorakv::testing::test_setting("LORAKV_MODEL");
+    ASSERT_FALSE(path.empty()) << "LORAKV_MODEL is not set";
+    const std::unique_ptr<formats::GgufFile> file = formats::GgufFile::open(path);
+    tokenizer_ = new formats::BpeTokenizer(formats::tokenizer_from_gguf(*file));
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    tokenizer_ = nullptr;
+  }
+  static const formats::BpeTokenizer& tokenizer() { return *tokenizer_; }
+
+ private:
+  static formats::BpeTokenizer* tokenizer_;
+};
+formats::BpeTokenizer* AgentsVocabulary::tokenizer_ = nullptr;
+
+using Ids = std::vector<int32_t>;
+
+TEST_F(AgentsVocabulary, HeadersAreTheIdsTheRoleAdaptersWereTrainedOn) {
+  const ChatLayout layout(tokenizer());
+  // tools/agentic_qa/README.md, "The layout": llama.cpp's ids for this GGUF.
+  EXPECT_EQ(layout.header("system"), (Ids{1, 9690, 198}));
+  EXPECT_EQ(layout.header("user"), (Ids{1, 4093, 198}));
+  EXPECT_EQ(layout.header("planner"), (Ids{1, 12338, 1362, 198}));
+  EXPECT_EQ(layout.header("actor"), (Ids{1, 19781, 198}));
+  EXPECT_EQ(layout.header("tool"), (Ids{1, 19324, 198}));
+  EXPECT_EQ(layout.header("reflector"), (Ids{1, 40620, 270, 198}));
+  EXPECT_EQ(layout.end_id(), 2);
+  EXPECT_EQ(layout.newline(), (Ids{198}));
+}
+
+TEST_F(AgentsVocabulary, TurnIsHeaderTextEndAndNewline) {
+  const ChatLayout layout(tokenizer());
+  const std::string text = "Lookup[Dok Gramein]";
+  Ids expected = {1, 19781, 198};
+  const Ids body = tokenizer().encode(text);
+  expected.insert(expected.end(), body.begin(), body.end());
+  expected.push_back(2);
+  expected.push_back(198);
+  EXPECT_EQ(layout.turn("actor", text), expected);
+}
+
+TEST_F(AgentsVocabulary, TurnNamesThatWouldBreakTheLayoutAreRefused) {
+  const ChatLayout layout(tokenizer());
+  EXPECT_THROW(layout.header(""), ConfigError);
+  EXPECT_THROW(layout.header("planner\nuser"), ConfigError);
+  EXPECT_THROW(layout.header("x<|im_end|>"), ConfigError);
+}
+
+// Random walks through the allowed tokens: every walk ends on one of the prefixes (or past
+// it), and each allowed set holds only tokens that keep the text on a prefix.
+TEST_F(AgentsVocabulary, PrefixConstraintSpellsOnlyTheGivenPrefixes) {
+  const std::vector<std::string> prefixes = {"Lookup[", "Calculate[", "Finish["};
+  std::mt19937 rng(7);
+  std::map<std::string, int> reached;
+  for (int walk = 0; walk < 60; ++walk) {
+    OutputPrefixes constraint(tokenizer(), prefixes);
+    int steps = 0;
+    while (constraint.active()) {
+      const std::vector<int32_t> allowed = constraint.allowed();
+      ASSERT_FALSE(allowed.empty());
+      constraint.accept(allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)]);
+      ASSERT_LT(++steps, 16) << "a walk did not reach a prefix: " << constraint.text();
+    }
+    const std::string& text = constraint.text();
+    bool on_prefix = false;
+    for (const std::string& p : prefixes) {
+      if (text.compare(0, p.size(), p) == 0) {
+        on_prefix = true;
+        ++reached[p];
+      }
+    }
+    EXPECT_TRUE(on_prefix) << text;
+  }
+  EXPECT_EQ(reached.size(), prefixes.size()) << "some prefix was never reached in 60 walks";
+  // The first step allows single letters and whole words, never another word.
+  OutputPrefixes first(tokenizer(), prefixes);
+  const std::vector<int32_t> allowed = first.allowed();
+  auto allows = [&](const std::string& piece) {
+    const std::optional<int32_t> id = tokenizer().token_id(piece);
+    return id && std::find(allowed.begin(), allowed.end(), *id) != allowed.end();
+  };
+  EXPECT_TRUE(allows("L"));
+  EXPECT_TRUE(allows("Look"));
+  EXPECT_TRUE(allows("F"));
+  EXPECT_TRUE(allows("C"));
+  EXPECT_FALSE(allows("Thought"));
+  EXPECT_FALSE(allows("<|im_end|>"));
+}
+
+TEST_F(AgentsVocabulary, PrefixConstraintEndsOnceAWholePrefixIsWritten) {
+  OutputPrefixes constraint(tokenizer(), {"Finish["});
+  EXPECT_TRUE(constraint.active());
+  for (int32_t id : tokenizer().encode("Finish[26]")) constraint.accept(id);
+  EXPECT_FALSE(constraint.active());
+  EXPECT_FALSE(OutputPrefixes(tokenizer(), {}).active());
+  EXPECT_THROW(OutputPrefixes(tokenizer(), {"Lookup[", ""}), ConfigError);
+}
+
+}  // namespace
+}  // namespace lorakv::agents
