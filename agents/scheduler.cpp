@@ -66,14 +66,22 @@ void Scheduler::loop() {
       }
     }
     if (stopping && commands.empty()) return;
-    has_work = source_.has_work();
-    if (!has_work) continue;
     try {
-      source_.step();
+      if (source_.has_work()) source_.step();
     } catch (...) {
-      source_.fail_all(std::current_exception());
+      // Not one job's fault (a job's own failure stays inside step()): every job ends with it.
+      try {
+        source_.fail_all(std::current_exception());
+      } catch (const std::exception& e) {
+        log::error(std::string("failing the jobs in flight failed: ") + e.what());
+      }
     }
-    has_work = source_.has_work();
+    try {
+      has_work = source_.has_work();
+    } catch (const std::exception& e) {
+      log::error(std::string("the step source failed: ") + e.what());
+      has_work = false;
+    }
   }
 }
 

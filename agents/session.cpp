@@ -21,7 +21,8 @@ void refuse_wait_on_engine_thread(const RuntimeCore& core, const std::string& wh
 Session::~Session() {
   try {
     if (core_->scheduler->on_engine_thread()) {
-      core_->close_session(id_);  // already on the engine thread: close in place
+      // Dropped inside a token callback: the driver is mid-step, so close between steps.
+      core_->scheduler->post([core = core_, id = id_] { core->close_session(id); });
     } else {
       close();
     }

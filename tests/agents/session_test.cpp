@@ -1,9 +1,11 @@
 // tests/agents/session_test.cpp: the sessions API on the real model with the role adapters:
-// turns in every sharing mode, agents joining and leaving (their bytes go), streaming, stop
-// strings, the output-prefix constraint, cancellation, deadlines, capacity, and every error
-// naming its thing with the session unchanged.
+// turns in every sharing mode, agents joining and leaving (their bytes go), replies of
+// several agents at once, private instructions, forks, adapters loaded and unloaded while
+// sessions run, streaming, stop strings, the output-prefix constraint, cancellation,
+// deadlines, capacity, and every error naming its thing with the session unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <string>
@@ -335,6 +337,25 @@ TEST_F(Sessions, ForkTriesTwoPlansFromOneTrajectory) {
     f->close();
     EXPECT_TRUE(s->generate("actor", tokens(16)).appended);
   }
+}
+
+// Adapters load and unload while sessions run; one bound to an agent is refused until the
+// agent leaves (the factors' release itself: tests/runtime/adapter_release_test.cpp).
+TEST_F(Sessions, AdaptersLoadAndUnloadWhileSessionsRun) {
+  auto s = qa_session({});
+  rt().load_adapter("critic", testing::role_adapter_path("all_linear", "reflector"));
+  EXPECT_THROW(rt().load_adapter("critic", testing::role_adapter_path("all_linear", "reflector")), ConfigError);
+  s->add_agent({"critic", "critic", ""});
+  std::future<Reply> planner = s->generate_async("planner", tokens(24));
+  EXPECT_THROW(rt().unload_adapter("critic"), ConfigError);  // bound to an agent
+  EXPECT_TRUE(planner.get().appended);
+  EXPECT_TRUE(s->generate("critic", tokens(8)).appended);
+  s->remove_agent("critic");
+  rt().unload_adapter("critic");
+  EXPECT_THROW(rt().unload_adapter("critic"), UnknownAdapterError);
+  EXPECT_THROW(s->add_agent({"critic", "critic", ""}), UnknownAdapterError);
+  const std::vector<std::string> names = rt().adapters();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "critic"), 0);
 }
 
 // A pool too small for a session's work, even alone, refuses it with a capacity error and
