@@ -7,6 +7,8 @@
 #   quant                one projection from 4/8-bit blocks vs dense -> quant_matmul.csv
 #   memory               `lorakv bench memory`: N agents on one shared trajectory in every
 #                        sharing mode -> memory/{memory,fidelity,latency}.csv, memory.png
+#   sessions             `lorakv bench sessions`: S concurrent sessions through the sessions
+#                        API's scheduler vs sequential vs the driver -> sessions/sessions.{csv,png}
 # with the arguments in LORAKV_BENCH_ARGS (for example "--quick" for attention, "--reps 3"
 # for generate). Results go to build/bench_results/. Run it on an idle machine: any other
 # load (a build, a second benchmark) changes every figure.
@@ -30,5 +32,9 @@ case "${LORAKV_BENCH:-attention}" in
     phase "shared-cache memory benchmark" "$LORAKV_BUILD_DIR/cli/lorakv" bench memory --model "$LORAKV_MODEL_FILE" \
       --assets "$LORAKV_ROOT/assets" --python "$LORAKV_ROOT/.venv-bench/bin/python" \
       --out "$LORAKV_BUILD_DIR/bench_results/memory" ${LORAKV_BENCH_ARGS:-} ;;
-  *) die "unknown LORAKV_BENCH '${LORAKV_BENCH}' (use: attention, generate, quant or memory)" ;;
+  sessions)
+    phase "sessions benchmark" "$LORAKV_BUILD_DIR/cli/lorakv" bench sessions --model "$LORAKV_MODEL_FILE" \
+      --assets "$LORAKV_ROOT/assets" --python "$LORAKV_ROOT/.venv-bench/bin/python" \
+      --out "$LORAKV_BUILD_DIR/bench_results/sessions" ${LORAKV_BENCH_ARGS:-} ;;
+  *) die "unknown LORAKV_BENCH '${LORAKV_BENCH}' (use: attention, generate, quant, memory or sessions)" ;;
 esac
