@@ -44,12 +44,6 @@ runtime::EngineOptions engine_options(const RuntimeOptions& o) {
   return e;
 }
 
-std::string loaded_names(const adapters::AdapterRegistry& registry) {
-  std::string names;
-  for (const adapters::AdapterInfo& info : registry.list()) names += (names.empty() ? "" : ", ") + info.name;
-  return names.empty() ? "none loaded" : "loaded: " + names;
-}
-
 }  // namespace
 
 RuntimeCore::RuntimeCore(RuntimeOptions o) : options(std::move(o)) {
@@ -88,6 +82,12 @@ AgentState& RuntimeCore::agent(SessionState& s, int64_t id, const std::string& n
                           {"", name, names.empty() ? "no agents yet" : "one of: " + names, "", "add it with add_agent"});
 }
 
+std::string RuntimeCore::loaded_adapters() const {
+  std::string names;
+  for (const adapters::AdapterInfo& info : registry->list()) names += (names.empty() ? "" : ", ") + info.name;
+  return names.empty() ? "none loaded" : "one of: " + names;
+}
+
 void RuntimeCore::close_session(int64_t id) {
   auto it = sessions.find(id);
   if (it == sessions.end()) return;
@@ -118,7 +118,7 @@ void Runtime::load_adapter(const std::string& name, const std::string& path) {
 void Runtime::unload_adapter(const std::string& name) {
   const adapters::UnloadResult result = core_->registry->unload(name);
   if (result.status == adapters::UnloadStatus::kNotFound) {
-    throw UnknownAdapterError("no adapter " + name, {"", name, loaded_names(*core_->registry)});
+    throw UnknownAdapterError("no adapter " + name, {"", name, core_->loaded_adapters()});
   }
   if (result.status == adapters::UnloadStatus::kInUse) {
     throw ConfigError(result.message, {"", name, "", "", "remove the agents bound to it first"});

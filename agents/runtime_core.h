@@ -98,6 +98,8 @@ struct RuntimeCore : StepSource {
   void on_ended(const std::shared_ptr<Generation>& g);
   void end_in_flight(SessionState& s, ReplyEnd end, const std::string& only_agent = "");
   void close_session(int64_t id);
+  // "one of: a, b" / "none loaded": what an UnknownAdapterError lists.
+  std::string loaded_adapters() const;
 
   RuntimeOptions options;
   runtime::LoadedModel loaded;

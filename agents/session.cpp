@@ -45,11 +45,8 @@ void Session::add_agent(const AgentOptions& agent) {
         if (!agent.adapter.empty()) {
           adapter = core.registry->acquire(agent.adapter);
           if (!adapter) {
-            std::string names;
-            for (const adapters::AdapterInfo& info : core.registry->list()) names += (names.empty() ? "" : ", ") + info.name;
             throw UnknownAdapterError("no adapter " + agent.adapter + " is loaded",
-                                      {"", agent.adapter, names.empty() ? "none loaded" : "one of: " + names, "",
-                                       "load it with Runtime::load_adapter"});
+                                      {"", agent.adapter, core.loaded_adapters(), "", "load it with Runtime::load_adapter"});
           }
         }
         const int32_t index = core.engine->add_reader(s.context, adapter);  // checks the mode can serve it

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "lorakv/adapters/adapter_registry.h"
+#include "lorakv/agents/chat_layout.h"
 #include "lorakv/agents/runtime.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
@@ -42,11 +43,11 @@ const char* kHelp = R"(usage: lorakv bench sessions [flags]
 
 S concurrent sessions of three role agents (planner, actor, reflector with the shared-A
 role adapters) taking turns on held-out agentic QA questions, in full and base_lr_shared:
-aggregate tokens/s, time to first token p50/p95 and KV bytes through the sessions API's
-scheduler, against the same sessions run one after another and against the engine's
-driver stepping the same batches directly, as ratios measured in one run with the sides
-alternated per repetition. Writes sessions.csv and sessions.png under --out. Run it with
-nothing else on the machine.
+aggregate tokens/s, time to first token p50/p95 and KV bytes on three sides, as ratios
+measured in one run with the sides alternated per repetition: scheduler (the sessions API,
+sessions driven from up to 4 threads), sequential (the same sessions one after another),
+driver (the engine's driver stepping the same batches directly). Writes sessions.csv and
+sessions.png under --out. Run it with nothing else on the machine.
 
 flags:
   --model FILE        GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -170,14 +171,7 @@ struct DirectSide {
 
 Measure run_driver(DirectSide& d, SharingMode mode, const std::vector<std::string>& qs, int64_t n, const Options& o,
                    int64_t pool_bytes) {
-  const formats::BpeTokenizer& tok = *d.loaded.tokenizer;
-  auto turn = [&](const std::string& role, const std::string& text) {
-    std::vector<int32_t> ids = tok.encode("<|im_start|>" + role + "\n");
-    tok.encode(text, true, ids);
-    ids.push_back(2);
-    ids.push_back(198);
-    return ids;
-  };
+  const agents::ChatLayout layout(*d.loaded.tokenizer);
   runtime::EngineOptions eo;
   eo.kv_pool_bytes = pool_bytes;
   eo.residual_rows_per_base_row = 2.0;
@@ -186,8 +180,8 @@ Measure run_driver(DirectSide& d, SharingMode mode, const std::vector<std::strin
   for (int64_t i = 0; i < n; ++i) {
     contexts.push_back(engine.create_context({mode, runtime::SharedWriter::kFirst},
                                              {d.roles.at("planner"), d.roles.at("actor"), d.roles.at("reflector")}));
-    std::vector<int32_t> ids = turn("system", kSystem);
-    const std::vector<int32_t> user = turn("user", qs[static_cast<size_t>(i) % qs.size()]);
+    std::vector<int32_t> ids = layout.turn("system", kSystem);
+    const std::vector<int32_t> user = layout.turn("user", qs[static_cast<size_t>(i) % qs.size()]);
     ids.insert(ids.end(), user.begin(), user.end());
     engine.append(contexts.back(), ids);
   }
@@ -202,12 +196,12 @@ Measure run_driver(DirectSide& d, SharingMode mode, const std::vector<std::strin
     for (int64_t i = 0; i < n; ++i) {
       runtime::DriverJob& job = jobs[static_cast<size_t>(i)];
       job.reader = {contexts[static_cast<size_t>(i)], reader};
-      job.suffix = tok.encode(std::string("<|im_start|>") + agent_of_turn(t) + "\n");
+      job.suffix = layout.header(agent_of_turn(t));
       std::vector<int32_t>& out = generated[static_cast<size_t>(i)];
-      job.next = [&out, &m, &o, turn_start](const at::Tensor& logits) -> std::optional<int32_t> {
+      job.next = [&out, &m, &o, turn_start, end_id = layout.end_id()](const at::Tensor& logits) -> std::optional<int32_t> {
         if (out.empty()) m.ttft.push_back(since(turn_start));
         out.push_back(static_cast<int32_t>(logits.argmax().item<int64_t>()));
-        if (out.back() == 2 || static_cast<int64_t>(out.size()) >= o.tokens) return std::nullopt;
+        if (out.back() == end_id || static_cast<int64_t>(out.size()) >= o.tokens) return std::nullopt;
         return out.back();
       };
     }
@@ -218,8 +212,8 @@ Measure run_driver(DirectSide& d, SharingMode mode, const std::vector<std::strin
       m.generated += static_cast<int64_t>(out.size());
       engine.commit_private(r);
       std::vector<int32_t> tail = {out.back()};
-      if (out.back() != 2) tail.push_back(2);
-      tail.push_back(198);
+      if (out.back() != layout.end_id()) tail.push_back(layout.end_id());
+      tail.insert(tail.end(), layout.newline().begin(), layout.newline().end());
       engine.append(contexts[static_cast<size_t>(i)], tail);
     }
   }

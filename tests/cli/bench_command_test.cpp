@@ -1,6 +1,6 @@
-// tests/cli/bench_command_test.cpp: `lorakv bench memory` refuses bad flags before it
-// loads anything, naming the flag; --help prints the usage. (The benchmark itself runs
-// outside `make test`: LORAKV_BENCH=memory make bench.)
+// tests/cli/bench_command_test.cpp: `lorakv bench memory` and `lorakv bench sessions` refuse
+// bad flags before they load anything, naming the flag; --help prints the usage. (The
+// benchmarks themselves run outside `make test`: LORAKV_BENCH=memory|sessions make bench.)
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -31,6 +31,19 @@ TEST(BenchCommand, BadFlagsAreRefusedNamingThem) {
   EXPECT_NE(refusal({"bench", "memory", "--quick", "--full"}).find("exclude"), std::string::npos);
   EXPECT_NE(refusal({"bench", "memory", "--repetitions", "0"}).find("--repetitions"), std::string::npos);
   EXPECT_NE(refusal({"bench", "memory", "--no-such-flag"}).find("--no-such-flag"), std::string::npos);
+}
+
+TEST(BenchCommand, SessionsBenchRefusesBadFlagsNamingThem) {
+  EXPECT_NE(refusal({"bench", "sessions", "--sessions", "4,0"}).find("--sessions"), std::string::npos);
+  EXPECT_NE(refusal({"bench", "sessions", "--sessions", "four"}).find("--sessions"), std::string::npos);
+  EXPECT_NE(refusal({"bench", "sessions", "--turns", "0"}).find("--turns"), std::string::npos);
+  EXPECT_NE(refusal({"bench", "sessions", "--tokens", "-3"}).find("--tokens"), std::string::npos);
+  EXPECT_NE(refusal({"bench", "sessions", "--agents", "3"}).find("--agents"), std::string::npos);
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli({"bench", "sessions", "--help"}, out, err), 0);
+  for (const char* word : {"scheduler", "sequential", "driver", "sessions.csv", "base_lr_shared"}) {
+    EXPECT_NE(out.str().find(word), std::string::npos) << word;
+  }
 }
 
 TEST(BenchCommand, HelpNamesTheModesAndOutputs) {
