@@ -58,4 +58,12 @@ class SessionCapacityError : public Error {
       : Error("out of cache capacity", message, std::move(context)) {}
 };
 
+// A session file that cannot be restored: truncated or corrupt (checksums), saved with
+// another model or adapter, or of an unknown format version. Names the file and the field.
+class SessionFileError : public Error {
+ public:
+  explicit SessionFileError(const std::string& message, ErrorContext context = {})
+      : Error("session file error", message, std::move(context)) {}
+};
+
 }  // namespace lorakv::agents

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include "lorakv/agents/runtime_core.h"
+#include "lorakv/agents/session_file.h"
 #include "lorakv/common/errors.h"
 
 namespace lorakv::agents {
@@ -88,6 +89,11 @@ std::string RuntimeCore::loaded_adapters() const {
   return names.empty() ? "none loaded" : "one of: " + names;
 }
 
+const std::string& RuntimeCore::model_identity() {
+  if (model_sha256.empty()) model_sha256 = model_files_sha256(options.model);
+  return model_sha256;
+}
+
 void RuntimeCore::close_session(int64_t id) {
   auto it = sessions.find(id);
   if (it == sessions.end()) return;
@@ -147,6 +153,48 @@ std::shared_ptr<Session> Runtime::open_session(const SessionOptions& options) {
         return session_id;
       },
       "Runtime::open_session");
+  return std::shared_ptr<Session>(new Session(core_, id));
+}
+
+std::shared_ptr<Session> Runtime::restore_session(const std::string& path) {
+  const SessionFile saved = read_session(path);  // off the engine thread: reading and checksums
+  const int64_t id = core_->scheduler->call(
+      [core = core_.get(), &saved, &path] {
+        if (saved.model_sha256 != core->model_identity()) {
+          throw SessionFileError("the session was saved with another model",
+                                 {path, "model_sha256", core->model_identity(), saved.model_sha256,
+                                  "restore it into a runtime of the model it was saved with"});
+        }
+        std::vector<std::shared_ptr<const adapters::Adapter>> readers;
+        for (const SavedAgent& a : saved.agents) {
+          std::shared_ptr<const adapters::Adapter> adapter;
+          if (!a.options.adapter.empty()) {
+            adapter = core->registry->acquire(a.options.adapter);
+            if (!adapter) {
+              throw UnknownAdapterError("the session's agent " + a.options.name + " needs adapter " + a.options.adapter,
+                                        {path, a.options.adapter, core->loaded_adapters(), "", "load it first"});
+            }
+          }
+          const AdapterIdentity have = adapter ? adapter->identity() : AdapterIdentity::base_model();
+          if (have != a.adapter) {
+            throw SessionFileError("adapter " + a.options.adapter + " is not the one the session was saved with",
+                                   {path, "agents." + a.options.name, a.adapter.hex(), have.hex(),
+                                    "load the adapter files the session was saved with"});
+          }
+          readers.push_back(adapter);
+        }
+        SessionState s;
+        s.options = saved.options;
+        s.context = core->engine->import_context(saved.rows, readers);
+        for (size_t i = 0; i < saved.agents.size(); ++i) {
+          const SavedAgent& a = saved.agents[i];
+          s.agents[a.options.name] = AgentState{a.options, {s.context, static_cast<int32_t>(i)}, a.adapter, false};
+        }
+        const int64_t session_id = core->next_session++;
+        core->sessions.emplace(session_id, std::move(s));
+        return session_id;
+      },
+      "Runtime::restore_session");
   return std::shared_ptr<Session>(new Session(core_, id));
 }
 

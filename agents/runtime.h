@@ -42,6 +42,12 @@ class Runtime {
   std::vector<std::string> adapters() const;
 
   std::shared_ptr<Session> open_session(const SessionOptions& options = {});
+  // A session saved by Session::save, in this process or another: its trajectory, rows,
+  // options and agents (their adapters must be loaded under the same names, with the same
+  // content). Rows the cache holds already by prefix are shared, not copied. Throws
+  // SessionFileError (truncated or corrupt file, another model or adapter, an unknown format
+  // version), UnknownAdapterError, SessionCapacityError.
+  std::shared_ptr<Session> restore_session(const std::string& path);
 
   RuntimeStats stats() const;
   const RuntimeOptions& options() const;

@@ -31,6 +31,7 @@ using Clock = std::chrono::steady_clock;
 struct AgentState {
   AgentOptions options;
   runtime::ReaderRef reader;
+  AdapterIdentity adapter;  // its content identity; base_model() for none (saved with the session)
   bool busy = false;  // a reply in flight
 };
 
@@ -100,6 +101,8 @@ struct RuntimeCore : StepSource {
   void close_session(int64_t id);
   // "one of: a, b" / "none loaded": what an UnknownAdapterError lists.
   std::string loaded_adapters() const;
+  // The model files' identity (agents/session_file.h), hashed once on first use.
+  const std::string& model_identity();
 
   RuntimeOptions options;
   runtime::LoadedModel loaded;
@@ -109,6 +112,7 @@ struct RuntimeCore : StepSource {
   std::unique_ptr<runtime::Driver> driver;
   std::map<int64_t, SessionState> sessions;
   int64_t next_session = 0;
+  std::string model_sha256;  // model_identity(), once computed
   // Last: started once everything above exists, stopped (in ~Runtime) before it goes.
   std::unique_ptr<Scheduler> scheduler;
 

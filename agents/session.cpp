@@ -3,6 +3,8 @@
 #include "lorakv/agents/session.h"
 
 #include "lorakv/agents/runtime_core.h"
+#include "lorakv/agents/session_file.h"
+#include "lorakv/common/atomic_file.h"
 #include "lorakv/common/errors.h"
 
 namespace lorakv::agents {
@@ -50,7 +52,8 @@ void Session::add_agent(const AgentOptions& agent) {
           }
         }
         const int32_t index = core.engine->add_reader(s.context, adapter);  // checks the mode can serve it
-        s.agents[agent.name] = AgentState{agent, {s.context, index}, false};
+        s.agents[agent.name] =
+            AgentState{agent, {s.context, index}, adapter ? adapter->identity() : AdapterIdentity::base_model(), false};
       },
       "Session::add_agent");
 }
@@ -164,6 +167,31 @@ std::shared_ptr<Session> Session::fork() const {
       },
       "Session::fork");
   return std::shared_ptr<Session>(new Session(core_, id));
+}
+
+void Session::save(const std::string& path) const {
+  refuse_wait_on_engine_thread(*core_, "Session::save");
+  const SessionFile file = core_->scheduler->call(
+      [this] {
+        RuntimeCore& core = *core_;
+        const SessionState& s = core.session(id_, "Session::save");
+        if (!s.in_flight.empty()) {
+          throw AgentBusyError("cannot save a session while a reply is in flight",
+                               {"", s.in_flight.front()->agent, "", "", "save after the reply ends"});
+        }
+        SessionFile f;
+        f.model_sha256 = core.model_identity();
+        f.options = s.options;
+        std::vector<int32_t> readers;
+        for (const auto& [name, a] : s.agents) {
+          f.agents.push_back({a.options, a.adapter});
+          readers.push_back(a.reader.index);
+        }
+        f.rows = core.engine->export_context(s.context, readers);
+        return f;
+      },
+      "Session::save");
+  write_file_atomically(path, encode_session(file));  // off the engine thread
 }
 
 void Session::cancel() {

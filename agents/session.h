@@ -71,6 +71,11 @@ class Session {
   // writes into a shared block). Throws AgentBusyError while a reply is in flight.
   std::shared_ptr<Session> fork() const;
 
+  // Writes the session to one file (agents/session_file.h, docs/sessions.md): replaced
+  // atomically, so a crash during the save leaves the previous file intact. Restore it with
+  // Runtime::restore_session. Throws AgentBusyError while a reply is in flight.
+  void save(const std::string& path) const;
+
   // Cancels, then frees every row. Later calls throw SessionClosedError. Idempotent.
   void close();
   bool closed() const;

@@ -136,6 +136,30 @@ struct EngineMemory {
   int64_t adapter_bytes = 0;       // A and B of every adapter some reader uses (each once)
 };
 
+// One sequence's rows as the pools hold them (Engine::export_context): importing them gives
+// back the same attention inputs bit for bit. Rows 0..n-1 at positions 0..n-1.
+struct SequenceRows {
+  cache::ContentKey key;
+  std::vector<int32_t> tokens;
+  std::vector<AdapterIdentity> writers;  // per row
+  std::vector<at::Tensor> k, v;          // per layer: [n, kv_heads, head_dim], the storage dtype
+  struct Residual {
+    cache::ContentKey key;
+    std::vector<int64_t> ranks;            // per layer; 0 where the module is not adapted
+    std::vector<AdapterIdentity> writers;  // per covered position (0..covered-1)
+    std::vector<at::Tensor> c;             // per layer: [covered, rank]; undefined at rank 0
+  };
+  std::vector<Residual> residuals;
+};
+
+// A context's tokens and rows, for saving it (agents/session_file.h).
+struct ContextRows {
+  ContextOptions options;
+  std::vector<int32_t> tokens;
+  std::optional<SequenceRows> shared;            // every mode but full, once processed
+  std::vector<std::optional<SequenceRows>> own;  // per exported reader (full), once processed
+};
+
 // Bytes of the pool blocks one context's rows hold (whole blocks; a block it shares with
 // another context by prefix is counted in each), by component.
 struct ContextMemory {
@@ -178,6 +202,15 @@ class Engine {
   // writes into a shared block. Throws ConfigError while a reader has private rows (a reply
   // in flight): its rows and tokens would have no owner in the copy.
   ContextId fork_context(ContextId source);
+  // The context's tokens and rows, with the own rows of `readers` (in that order). Throws
+  // ConfigError while a reader has private rows, or for compacted rows.
+  ContextRows export_context(ContextId context, const std::vector<int32_t>& readers) const;
+  // A new context holding `rows`, with `readers` (export's readers, in order: reader i gets
+  // rows.own[i]). Rows the prefix index holds for the same tokens, key and writers are
+  // adopted instead of copied. Throws CapacityError when the pools cannot hold the rest
+  // (nothing is kept), ConfigError for rows that do not fit this model or these readers.
+  ContextId import_context(const ContextRows& rows,
+                           const std::vector<std::shared_ptr<const adapters::Adapter>>& readers);
 
   // Appends tokens to the context; nobody has processed them yet. Throws ConfigError for
   // token ids outside the vocabulary.

@@ -1,0 +1,303 @@
+// agents/session_file.cpp: a session to safetensors bytes and back, with its checks.
+#include "lorakv/agents/session_file.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "lorakv/agents/errors.h"
+#include "lorakv/common/sha256.h"
+#include "lorakv/formats/json.h"
+#include "lorakv/formats/mapped_file.h"
+#include "lorakv/formats/safetensors_file.h"
+#include "lorakv/formats/safetensors_writer.h"
+
+namespace lorakv::agents {
+
+namespace {
+
+using formats::JsonObject;
+using formats::JsonValue;
+
+constexpr const char* kMetadataKey = "lorakv.session";
+constexpr const char* kFormat = "lorakv-session";
+
+void put(JsonObject& o, const std::string& key, JsonValue v) {
+  o.index[key] = o.members.size();
+  o.members.emplace_back(key, std::move(v));
+}
+JsonValue number(int64_t v) { return JsonValue::make_number(static_cast<double>(v), v); }
+JsonValue text(const std::string& s) { return JsonValue::make_string(s); }
+template <class T>
+JsonValue numbers(const std::vector<T>& values) {
+  std::vector<JsonValue> out;
+  for (T v : values) out.push_back(number(static_cast<int64_t>(v)));
+  return JsonValue::make_array(std::move(out));
+}
+
+std::string sha256_hex(const void* data, size_t bytes) {
+  return digest_hex(Sha256().update(data, bytes).finish());
+}
+
+formats::SafetensorsDtype dtype_of(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat) return formats::SafetensorsDtype::kF32;
+  if (t.scalar_type() == at::kBFloat16) return formats::SafetensorsDtype::kBF16;
+  throw ConfigError("rows of this dtype cannot be saved", {"", "", "float32 or bfloat16", c10::toString(t.scalar_type())});
+}
+
+// Collects a sequence's tensors and its JSON part.
+struct Encoder {
+  std::vector<at::Tensor> keep;  // contiguous copies the entries point into
+  std::vector<formats::SafetensorsEntry> entries;
+  JsonObject checksums;
+
+  void add(const std::string& name, const at::Tensor& t) {
+    keep.push_back(t.contiguous());
+    const at::Tensor& c = keep.back();
+    entries.push_back({name, dtype_of(c), c.sizes().vec(), c.data_ptr()});
+    put(checksums, name, text(sha256_hex(c.data_ptr(), c.nbytes())));
+  }
+
+  JsonValue key(const cache::ContentKey& k) {
+    JsonObject o;
+    put(o, "kind", number(static_cast<int64_t>(k.kind)));
+    put(o, "dtype", number(static_cast<int64_t>(k.dtype)));
+    put(o, "adapter", text(k.adapter.hex()));
+    return JsonValue::make_object(std::move(o));
+  }
+
+  // Writers as indices into one table per sequence: a 64-digit identity per row would be
+  // most of the header.
+  static void writers(JsonObject& o, const std::vector<AdapterIdentity>& per_row, std::vector<AdapterIdentity>& table) {
+    std::vector<int64_t> index;
+    for (const AdapterIdentity& w : per_row) {
+      auto it = std::find(table.begin(), table.end(), w);
+      if (it == table.end()) it = table.insert(table.end(), w);
+      index.push_back(it - table.begin());
+    }
+    put(o, "writers", numbers(index));
+  }
+
+  JsonValue sequence(const std::string& prefix, const runtime::SequenceRows& rows) {
+    JsonObject o;
+    std::vector<AdapterIdentity> table;
+    put(o, "key", key(rows.key));
+    put(o, "tokens", numbers(rows.tokens));
+    writers(o, rows.writers, table);
+    for (size_t l = 0; l < rows.k.size(); ++l) {
+      add(prefix + ".k." + std::to_string(l), rows.k[l]);
+      add(prefix + ".v." + std::to_string(l), rows.v[l]);
+    }
+    std::vector<JsonValue> residuals;
+    for (size_t j = 0; j < rows.residuals.size(); ++j) {
+      const runtime::SequenceRows::Residual& r = rows.residuals[j];
+      JsonObject ro;
+      put(ro, "key", key(r.key));
+      put(ro, "ranks", numbers(r.ranks));
+      writers(ro, r.writers, table);
+      for (size_t l = 0; l < r.c.size(); ++l) {
+        if (r.c[l].defined()) add(prefix + ".r" + std::to_string(j) + "." + std::to_string(l), r.c[l]);
+      }
+      residuals.push_back(JsonValue::make_object(std::move(ro)));
+    }
+    put(o, "residuals", JsonValue::make_array(std::move(residuals)));
+    std::vector<JsonValue> ids;
+    for (const AdapterIdentity& w : table) ids.push_back(text(w.hex()));
+    put(o, "writer_table", JsonValue::make_array(std::move(ids)));
+    return JsonValue::make_object(std::move(o));
+  }
+};
+
+// Reading: every field checked, errors naming the file and the field.
+struct Decoder {
+  const std::string& path;
+  const formats::SafetensorsFile& file;
+  const JsonValue& checksums;
+
+  [[noreturn]] void fail(const std::string& what, const std::string& field) const {
+    throw SessionFileError(what, {path, field, "", "", "the file is damaged, or not a lorakv session"});
+  }
+
+  AdapterIdentity identity(const JsonValue& v, const std::string& field) const {
+    const std::optional<AdapterIdentity> id = AdapterIdentity::from_hex(v.as_string());
+    if (!id) fail("not an identity (64 hex digits)", field);
+    return *id;
+  }
+
+  cache::ContentKey key(const JsonValue& v) const {
+    cache::ContentKey k;
+    k.kind = static_cast<cache::StreamKind>(v.at("kind").as_int());
+    k.dtype = static_cast<cache::StorageDtype>(v.at("dtype").as_int());
+    k.adapter = identity(v.at("adapter"), v.at("adapter").path());
+    return k;
+  }
+
+  at::Tensor tensor(const std::string& name) const {
+    const formats::SafetensorsTensorInfo* info = file.find_tensor(name);
+    if (info == nullptr) fail("a tensor is missing", name);
+    const JsonValue* sum = checksums.find(name);
+    if (sum == nullptr || sum->as_string() != sha256_hex(info->data, static_cast<size_t>(info->num_bytes))) {
+      fail("a tensor's bytes do not match their checksum", name);
+    }
+    const at::ScalarType dtype = info->dtype == formats::SafetensorsDtype::kF32    ? at::kFloat
+                                 : info->dtype == formats::SafetensorsDtype::kBF16 ? at::kBFloat16
+                                                                                   : at::kByte;
+    if (dtype == at::kByte) fail("rows of an unexpected dtype", name);
+    at::Tensor t = at::empty(info->shape, dtype);
+    std::memcpy(t.data_ptr(), info->data, static_cast<size_t>(info->num_bytes));
+    return t;
+  }
+
+  static std::vector<AdapterIdentity> writers(const JsonValue& o, const std::vector<AdapterIdentity>& table,
+                                              const Decoder& d) {
+    std::vector<AdapterIdentity> out;
+    for (const JsonValue& i : o.at("writers").as_array()) {
+      const int64_t index = i.as_int();
+      if (index < 0 || index >= static_cast<int64_t>(table.size())) d.fail("a writer index outside the table", i.path());
+      out.push_back(table[static_cast<size_t>(index)]);
+    }
+    return out;
+  }
+
+  runtime::SequenceRows sequence(const std::string& prefix, const JsonValue& o, int64_t layers) const {
+    runtime::SequenceRows rows;
+    std::vector<AdapterIdentity> table;
+    for (const JsonValue& w : o.at("writer_table").as_array()) table.push_back(identity(w, w.path()));
+    rows.key = key(o.at("key"));
+    for (const JsonValue& t : o.at("tokens").as_array()) rows.tokens.push_back(static_cast<int32_t>(t.as_int()));
+    rows.writers = writers(o, table, *this);
+    for (int64_t l = 0; l < layers; ++l) {
+      rows.k.push_back(tensor(prefix + ".k." + std::to_string(l)));
+      rows.v.push_back(tensor(prefix + ".v." + std::to_string(l)));
+    }
+    const std::vector<JsonValue>& residuals = o.at("residuals").as_array();
+    for (size_t j = 0; j < residuals.size(); ++j) {
+      runtime::SequenceRows::Residual r;
+      r.key = key(residuals[j].at("key"));
+      for (const JsonValue& rank : residuals[j].at("ranks").as_array()) r.ranks.push_back(rank.as_int());
+      r.writers = writers(residuals[j], table, *this);
+      for (size_t l = 0; l < r.ranks.size(); ++l) {
+        r.c.push_back(r.ranks[l] > 0 ? tensor(prefix + ".r" + std::to_string(j) + "." + std::to_string(l)) : at::Tensor());
+      }
+      rows.residuals.push_back(std::move(r));
+    }
+    return rows;
+  }
+};
+
+}  // namespace
+
+std::vector<uint8_t> encode_session(const SessionFile& f) {
+  Encoder enc;
+  JsonObject header;
+  put(header, "format", text(kFormat));
+  put(header, "version", number(kSessionFormatVersion));
+  put(header, "model_sha256", text(f.model_sha256));
+  JsonObject options;
+  put(options, "mode", text(runtime::sharing_mode_name(f.options.mode)));
+  put(options, "writer", text(runtime::shared_writer_name(f.options.writer)));
+  put(options, "priority", number(f.options.priority));
+  put(options, "max_tokens_per_step", number(f.options.max_tokens_per_step));
+  put(header, "options", JsonValue::make_object(std::move(options)));
+  std::vector<JsonValue> agents;
+  for (const SavedAgent& a : f.agents) {
+    JsonObject o;
+    put(o, "name", text(a.options.name));
+    put(o, "adapter", text(a.options.adapter));
+    put(o, "adapter_sha256", text(a.adapter.hex()));
+    put(o, "instruction", text(a.options.instruction));
+    agents.push_back(JsonValue::make_object(std::move(o)));
+  }
+  put(header, "agents", JsonValue::make_array(std::move(agents)));
+  put(header, "tokens", numbers(f.rows.tokens));
+  put(header, "layers", number(f.rows.shared ? static_cast<int64_t>(f.rows.shared->k.size()) : 0));
+  put(header, "shared", f.rows.shared ? enc.sequence("shared", *f.rows.shared) : JsonValue());
+  std::vector<JsonValue> own;
+  int64_t layers = f.rows.shared ? static_cast<int64_t>(f.rows.shared->k.size()) : 0;
+  for (size_t i = 0; i < f.rows.own.size(); ++i) {
+    if (f.rows.own[i]) layers = static_cast<int64_t>(f.rows.own[i]->k.size());
+    own.push_back(f.rows.own[i] ? enc.sequence("own" + std::to_string(i), *f.rows.own[i]) : JsonValue());
+  }
+  put(header, "own", JsonValue::make_array(std::move(own)));
+  header.members[header.index.at("layers")].second = number(layers);
+  put(header, "checksums", JsonValue::make_object(std::move(enc.checksums)));
+  return formats::safetensors_bytes(enc.entries, {{kMetadataKey, JsonValue::make_object(std::move(header)).to_string()}});
+}
+
+SessionFile read_session(const std::string& path) {
+  std::unique_ptr<formats::SafetensorsFile> file;
+  try {
+    file = formats::SafetensorsFile::open(path);
+  } catch (const Error& e) {
+    throw SessionFileError("not a readable session file: " + e.message(), {path, "", "", "", "truncated or damaged?"});
+  }
+  const auto meta = file->metadata().find(kMetadataKey);
+  if (meta == file->metadata().end()) {
+    throw SessionFileError("no lorakv session header", {path, kMetadataKey, "", "", "was it saved by Session::save?"});
+  }
+  try {
+    const JsonValue h = formats::parse_json(meta->second);
+    if (h.at("format").as_string() != kFormat) throw SessionFileError("not a lorakv session", {path, "format"});
+    const int64_t version = h.at("version").as_int();
+    if (version != kSessionFormatVersion) {
+      throw SessionFileError("unknown session format version " + std::to_string(version),
+                             {path, "version", std::to_string(kSessionFormatVersion), std::to_string(version),
+                              "restore it with the lorakv that saved it"});
+    }
+    const Decoder d{path, *file, h.at("checksums")};
+    SessionFile f;
+    f.model_sha256 = h.at("model_sha256").as_string();
+    const JsonValue& o = h.at("options");
+    const std::optional<runtime::SharingMode> mode = runtime::parse_sharing_mode(o.at("mode").as_string());
+    const std::optional<runtime::SharedWriter> writer = runtime::parse_shared_writer(o.at("writer").as_string());
+    if (!mode || !writer) d.fail("an unknown sharing mode or writer", "options");
+    f.options = {*mode, *writer, static_cast<int32_t>(o.at("priority").as_int()), o.at("max_tokens_per_step").as_int()};
+    for (const JsonValue& a : h.at("agents").as_array()) {
+      f.agents.push_back({{a.at("name").as_string(), a.at("adapter").as_string(), a.at("instruction").as_string()},
+                          d.identity(a.at("adapter_sha256"), a.at("adapter_sha256").path())});
+    }
+    f.rows.options = {*mode, *writer};
+    for (const JsonValue& t : h.at("tokens").as_array()) f.rows.tokens.push_back(static_cast<int32_t>(t.as_int()));
+    const int64_t layers = h.at("layers").as_int();
+    if (!h.at("shared").is_null()) f.rows.shared = d.sequence("shared", h.at("shared"), layers);
+    const std::vector<JsonValue>& own = h.at("own").as_array();
+    for (size_t i = 0; i < own.size(); ++i) {
+      if (own[i].is_null()) {
+        f.rows.own.push_back(std::nullopt);
+      } else {
+        f.rows.own.push_back(d.sequence("own" + std::to_string(i), own[i], layers));
+      }
+    }
+    if (f.rows.own.size() != f.agents.size()) d.fail("agents and their rows differ in number", "own");
+    return f;
+  } catch (const SessionFileError&) {
+    throw;
+  } catch (const Error& e) {
+    throw SessionFileError("a damaged session header: " + e.message(), {path, e.context().key});
+  }
+}
+
+std::string model_files_sha256(const std::string& path) {
+  Sha256 h;
+  std::vector<std::string> files;
+  if (std::filesystem::is_directory(path)) {
+    for (const auto& entry : std::filesystem::directory_iterator(path)) {
+      if (entry.is_regular_file()) files.push_back(entry.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  const bool folder = files.size() != 1 || files.front() != path;
+  for (const std::string& f : files) {
+    const formats::MappedFile map(f);
+    if (folder) h.update_string(std::filesystem::path(f).filename().string());  // a folder's file names matter
+    h.update_u64(map.size());
+    h.update(map.data(), map.size());
+  }
+  return digest_hex(h.finish());
+}
+
+}  // namespace lorakv::agents

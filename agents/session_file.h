@@ -1,0 +1,42 @@
+// agents/session_file.h: what a saved session holds, and its file (internal to the agents
+// layer; Session::save and Runtime::restore_session are the API). One safetensors file:
+// the rows as tensors ("shared.k.<layer>", "own<i>.v.<layer>", "shared.r<j>.<layer>"), and
+// under the metadata key "lorakv.session" a JSON header: format name and version, the
+// model's identity, the session's options, its agents with their adapters' identities, the
+// trajectory, each sequence's content key and writers, and a SHA-256 per tensor. Version 1;
+// the eviction issue adds fields (scales, positions, scores) under a new version.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "lorakv/agents/session_types.h"
+#include "lorakv/common/adapter_identity.h"
+#include "lorakv/runtime/engine.h"
+
+namespace lorakv::agents {
+
+inline constexpr int64_t kSessionFormatVersion = 1;
+
+struct SavedAgent {
+  AgentOptions options;
+  AdapterIdentity adapter;  // base_model() for none
+};
+
+struct SessionFile {
+  std::string model_sha256;  // RuntimeCore::model_identity()
+  SessionOptions options;
+  std::vector<SavedAgent> agents;  // reader i of rows is agents[i]
+  runtime::ContextRows rows;
+};
+
+std::vector<uint8_t> encode_session(const SessionFile& file);
+// Throws SessionFileError naming the file and what is wrong with it.
+SessionFile read_session(const std::string& path);
+
+// The identity of a model's files, not their path: SHA-256 over a GGUF file's bytes, or over
+// the names and bytes of an HF checkpoint folder's files, in name order.
+std::string model_files_sha256(const std::string& path);
+
+}  // namespace lorakv::agents

@@ -1,0 +1,196 @@
+// runtime/engine_rows.cpp: a context's rows out of the pools and back in (save and restore).
+// Export gathers each sequence's rows as stored; import writes them into new sequences in
+// runs of one writer (an append has one writer), after adopting what the prefix index
+// already holds with the same tokens, key and writers.
+#include <algorithm>
+#include <functional>
+#include <string>
+
+#include "lorakv/common/errors.h"
+#include "lorakv/common/sha256.h"
+#include "lorakv/runtime/engine.h"
+#include "lorakv/runtime/engine_state.h"
+
+namespace lorakv::runtime {
+
+namespace {
+
+SequenceRows export_sequence(const cache::PagedKvCache& cache, SeqId seq) {
+  const cache::SequenceState& st = cache.manager().sequence(seq);
+  if (!st.indexable || st.first_position != 0) {
+    throw ConfigError("a compacted context cannot be exported", {"", "sequence " + std::to_string(seq.value())});
+  }
+  SequenceRows rows;
+  rows.key = st.base_key;
+  rows.tokens = st.tokens;
+  rows.writers = st.writers;
+  const int64_t layers = cache.layout().num_layers;
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    const cache::GatheredRows g = cache.gather_layer(seq, layer);  // [heads, n, head_dim]
+    rows.k.push_back(g.k.permute({1, 0, 2}).contiguous());
+    rows.v.push_back(g.v.permute({1, 0, 2}).contiguous());
+  }
+  for (const cache::ResidualStream& r : st.residuals) {
+    SequenceRows::Residual out{r.key, r.ranks, r.writers, {}};
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      const bool adapted = r.ranks[static_cast<size_t>(layer)] > 0;
+      out.c.push_back(adapted ? cache.gather_residual(seq, r.key, layer, 0).c : at::Tensor());
+    }
+    rows.residuals.push_back(std::move(out));
+  }
+  return rows;
+}
+
+// The end of the run of equal writers starting at `from`.
+int64_t run_end(const std::vector<AdapterIdentity>& writers, int64_t from, int64_t end) {
+  int64_t b = from + 1;
+  while (b < end && writers[static_cast<size_t>(b)] == writers[static_cast<size_t>(from)]) ++b;
+  return b;
+}
+
+void append_checked(cache::PagedKvCache& cache, SeqId seq, const cache::AppendRequest& request,
+                    const std::function<void(const cache::WritePlan&)>& write) {
+  const cache::Capacity cap = cache.can_append(seq, request);
+  if (!cap.ok) {
+    throw CapacityError("the pools cannot hold the restored rows", {"", "sequence " + std::to_string(seq.value()), "", "",
+                                                                    "raise kv_pool_bytes or close sessions"});
+  }
+  const std::optional<cache::AppendSlots> slots = cache.append(seq, request);
+  LORAKV_ASSERT(slots.has_value(), "append failed after can_append said yes");
+  write(cache.plan_writes(*slots));
+}
+
+// A filter no index entry passes: a stream that must not adopt rows it cannot vouch for.
+cache::WriterFilter adopt_nothing() {
+  static const AdapterIdentity nobody{Sha256().update_string("lorakv.import.adopt_nothing").finish()};
+  cache::WriterFilter f;
+  f.required = nobody;
+  return f;
+}
+
+void check_shapes(const cache::CacheLayout& l, const SequenceRows& rows) {
+  const auto n = static_cast<int64_t>(rows.tokens.size());
+  bool ok = static_cast<int64_t>(rows.writers.size()) == n && static_cast<int64_t>(rows.k.size()) == l.num_layers &&
+            rows.v.size() == rows.k.size();
+  for (size_t i = 0; ok && i < rows.k.size(); ++i) {
+    ok = rows.k[i].dim() == 3 && rows.k[i].size(0) == n && rows.k[i].size(1) == l.num_kv_heads &&
+         rows.k[i].size(2) == l.head_dim && rows.v[i].sizes() == rows.k[i].sizes();
+  }
+  for (const SequenceRows::Residual& r : rows.residuals) {
+    ok = ok && static_cast<int64_t>(r.ranks.size()) == l.num_layers && r.c.size() == r.ranks.size() &&
+         static_cast<int64_t>(r.writers.size()) <= n;
+    for (size_t i = 0; ok && i < r.c.size(); ++i) {
+      ok = r.ranks[i] == 0 || (r.c[i].dim() == 2 && r.c[i].size(0) == static_cast<int64_t>(r.writers.size()) &&
+                               r.c[i].size(1) == r.ranks[i]);
+    }
+  }
+  if (!ok) throw ConfigError("saved rows do not fit this model's cache layout", {"", "rows"});
+}
+
+// Writes `rows` into the new sequence `seq`.
+void import_sequence(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& rows) {
+  check_shapes(cache.layout(), rows);
+  const auto n = static_cast<int64_t>(rows.tokens.size());
+  const int64_t layers = cache.layout().num_layers;
+  cache::PrefixMatch match = cache.match_prefix(rows.key, rows.tokens, {});
+  cache.create_sequence(seq, rows.key, match);
+  int64_t from = match.num_tokens;
+  const std::vector<AdapterIdentity>& adopted = cache.manager().sequence(seq).writers;
+  if (!std::equal(adopted.begin(), adopted.begin() + from, rows.writers.begin())) {
+    cache.release(seq);  // written by others: not these rows
+    cache.create_sequence(seq, rows.key);
+    from = 0;
+  }
+  for (int64_t a = from; a < n;) {
+    const int64_t b = run_end(rows.writers, a, n);
+    cache::AppendRequest req;
+    req.tokens.assign(rows.tokens.begin() + a, rows.tokens.begin() + b);
+    req.writer = rows.writers[static_cast<size_t>(a)];
+    append_checked(cache, seq, req, [&](const cache::WritePlan& plan) {
+      for (int64_t layer = 0; layer < layers; ++layer) {
+        const auto l = static_cast<size_t>(layer);
+        cache.write_base(plan, layer, rows.k[l].narrow(0, a, b - a), rows.v[l].narrow(0, a, b - a));
+      }
+    });
+    a = b;
+  }
+  for (const SequenceRows::Residual& r : rows.residuals) {
+    const auto covered = static_cast<int64_t>(r.writers.size());
+    // Adopt indexed residual rows only where the filter can vouch for their writers: all
+    // rows by one writer (a filter cannot ask for a mixed list).
+    const bool one_writer = covered > 0 && std::all_of(r.writers.begin(), r.writers.end(),
+                                                       [&](const AdapterIdentity& w) { return w == r.writers[0]; });
+    cache::WriterFilter filter = adopt_nothing();
+    if (one_writer) filter.required = r.writers[0];
+    const int64_t have = std::min(cache.attach_residual(seq, r.key, r.ranks, filter), covered);
+    for (int64_t a = have; a < covered;) {
+      const int64_t b = run_end(r.writers, a, covered);
+      cache::AppendRequest req;
+      req.writer = r.writers[static_cast<size_t>(a)];
+      req.residuals.push_back({r.key, b - a});
+      append_checked(cache, seq, req, [&](const cache::WritePlan& plan) {
+        for (int64_t layer = 0; layer < layers; ++layer) {
+          const at::Tensor& c = r.c[static_cast<size_t>(layer)];
+          if (c.defined()) cache.write_residual(plan, 0, layer, c.narrow(0, a, b - a));
+        }
+      });
+      a = b;
+    }
+  }
+}
+
+}  // namespace
+
+ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>& readers) const {
+  const ContextState& c = state_->context(context);
+  ContextRows out;
+  out.options = c.options;
+  out.tokens = c.tokens;
+  for (const ReaderState& r : c.readers) {
+    if (r.private_seq.valid()) {
+      throw ConfigError("cannot export a context while a reader has private rows",
+                        {"", "context " + std::to_string(context.value()), "", "", "save after the reply ends"});
+    }
+  }
+  if (c.shared_seq.valid()) out.shared = export_sequence(*cache_, c.shared_seq);
+  for (int32_t index : readers) {
+    const ReaderState& r = state_->reader({context, index});
+    out.own.push_back(r.own_seq.valid() ? std::optional<SequenceRows>(export_sequence(*cache_, r.own_seq))
+                                        : std::nullopt);
+  }
+  return out;
+}
+
+ContextId Engine::import_context(const ContextRows& rows,
+                                 const std::vector<std::shared_ptr<const adapters::Adapter>>& readers) {
+  if (rows.own.size() != readers.size()) {
+    throw ConfigError("saved rows name another number of readers",
+                      {"", "readers", std::to_string(rows.own.size()), std::to_string(readers.size())});
+  }
+  const ContextId id = create_context(rows.options, readers);
+  ContextState& c = state_->context(id);
+  append(id, rows.tokens);
+  cache_->begin_transaction();
+  try {
+    if (rows.shared) {
+      c.shared_seq = state_->new_seq();
+      import_sequence(*cache_, c.shared_seq, *rows.shared);
+    }
+    for (size_t i = 0; i < readers.size(); ++i) {
+      if (!rows.own[i]) continue;
+      ReaderState& r = c.readers[i];
+      r.own_seq = state_->new_seq();
+      import_sequence(*cache_, r.own_seq, *rows.own[i]);
+    }
+    cache_->commit_transaction();
+  } catch (...) {
+    cache_->rollback_transaction();
+    c.shared_seq = SeqId();
+    for (ReaderState& r : c.readers) r.own_seq = SeqId();
+    release_context(id);
+    throw;
+  }
+  return id;
+}
+
+}  // namespace lorakv::runtime
