@@ -121,6 +121,8 @@ void Runtime::load_adapter(const std::string& name, const std::string& path) {
   core_->registry->load(name, path);  // the registry is thread-safe; parsing stays off the engine thread
 }
 
+void Runtime::add_adapter(std::shared_ptr<const adapters::Adapter> adapter) { core_->registry->add(std::move(adapter)); }
+
 void Runtime::unload_adapter(const std::string& name) {
   const adapters::UnloadResult result = core_->registry->unload(name);
   if (result.status == adapters::UnloadStatus::kNotFound) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "lorakv/adapters/adapter.h"
 #include "lorakv/agents/session.h"
 #include "lorakv/agents/session_types.h"
 
@@ -36,6 +37,8 @@ class Runtime {
   // Loads a PEFT directory or GGUF LoRA file as `name` (AdapterLoadError, ConfigError when
   // the name is taken).
   void load_adapter(const std::string& name, const std::string& path);
+  // Adds an adapter built in memory, under its own name (same rules as load_adapter).
+  void add_adapter(std::shared_ptr<const adapters::Adapter> adapter);
   // Unloads it; its memory goes. Throws UnknownAdapterError, or ConfigError while an agent
   // is bound to it (remove the agent first).
   void unload_adapter(const std::string& name);

@@ -23,6 +23,7 @@
 #include "lorakv/adapters/adapter_registry.h"
 #include "lorakv/agents/chat_layout.h"
 #include "lorakv/agents/runtime.h"
+#include "lorakv/cli/bench/bench_memory.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/common/cpu_features.h"
@@ -58,6 +59,9 @@ flags:
   --tokens N          most tokens per turn (default 16)
   --repetitions N     repetitions per (S, mode) (default 3)
   --full              S up to 64
+  --decode-agents N   agents decoding together on one shared context of real text
+                      (generate_all), base_lr_shared against full (default 8; 0: skip)
+  --decode-length N   that context's length in tokens (default 2048)
   --python FILE       Python with matplotlib for the PNG (default .venv-bench/bin/python,
                       else .venv/bin/python, else python3)
 )";
@@ -69,6 +73,7 @@ struct Options {
   std::string model, assets, out, python;
   std::vector<int64_t> sessions;
   int64_t turns = 4, tokens = 16, repetitions = 3;
+  int64_t decode_agents = 8, decode_length = 2048;
 };
 
 struct Measure {
@@ -231,6 +236,64 @@ double percentile(std::vector<double> v, double p) {
 
 double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
 
+// N agents (the shared-A role adapters, then synthetic ones with the same A) on one shared
+// context of real text reply together (generate_all), in base_lr_shared and full, the modes
+// alternated per repetition. Aggregate decode tokens/s: every reply's tokens after its first,
+// over the longest reply's time from its first token to its last (prefill excluded).
+void run_decode_together(agents::Runtime& rt, const Options& o, std::ostream& out) {
+  MemoryBenchOptions mo;
+  mo.model_path = o.model;
+  mo.assets_dir = o.assets;
+  std::ostringstream quiet;
+  BenchWorkload w = load_workload(mo, quiet);
+  std::vector<std::string> names;
+  for (const AdapterPtr& a : w.shared_a_agents(o.decode_agents)) {
+    rt.add_adapter(a);
+    names.push_back(a->name());
+  }
+  const std::string text = w.loaded.tokenizer->decode(w.real_text(o.decode_length));
+  std::ofstream csv(o.out + "/decode_together.csv");
+  csv << "mode,agents,context_tokens,repetition,decode_tokens,decode_s,tokens_per_s\n";
+  std::map<SharingMode, std::vector<double>> rates;
+  for (int64_t rep = 0; rep < o.repetitions; ++rep) {
+    std::vector<SharingMode> order = {SharingMode::kFull, SharingMode::kBaseLrShared};
+    if (rep % 2 == 1) std::reverse(order.begin(), order.end());
+    for (SharingMode mode : order) {
+      auto s = rt.open_session({mode, runtime::SharedWriter::kFirst});
+      std::vector<std::string> agents;
+      for (size_t i = 0; i < names.size(); ++i) {
+        agents.push_back("agent" + std::to_string(i));
+        s->add_agent({agents.back(), names[i], ""});
+      }
+      s->append_text(text);
+      agents::GenerateOptions g;
+      g.max_tokens = 32;
+      int64_t decoded = 0;
+      double longest = 0;
+      for (const agents::Reply& r : s->generate_all(agents, g)) {
+        decoded += std::max<int64_t>(static_cast<int64_t>(r.tokens.size()) - 1, 0);
+        longest = std::max(longest, r.decode_seconds);
+      }
+      s->close();
+      rates[mode].push_back(static_cast<double>(decoded) / longest);
+      char row[160];
+      std::snprintf(row, sizeof row, "%s,%zu,%lld,%lld,%lld,%.4f,%.2f\n", runtime::sharing_mode_name(mode), names.size(),
+                    static_cast<long long>(o.decode_length), static_cast<long long>(rep), static_cast<long long>(decoded),
+                    longest, static_cast<double>(decoded) / longest);
+      csv << row << std::flush;
+    }
+  }
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "%zu agents decoding together on one %lld-token context (generate_all): full %.1f tokens/s, "
+                "base_lr_shared %.1f tokens/s: %.2fx\n",
+                names.size(), static_cast<long long>(o.decode_length), median(rates[SharingMode::kFull]),
+                median(rates[SharingMode::kBaseLrShared]),
+                median(rates[SharingMode::kBaseLrShared]) / median(rates[SharingMode::kFull]));
+  out << line;
+}
+
+
 std::vector<int64_t> int_list(const std::string& text, const char* flag) {
   std::vector<int64_t> out;
   std::stringstream ss(text);
@@ -256,7 +319,8 @@ std::string default_python() {
 }  // namespace
 
 int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out) {
-  const CliArgs a(args, {"--model", "--assets", "--out", "--sessions", "--turns", "--tokens", "--repetitions", "--python"},
+  const CliArgs a(args, {"--model", "--assets", "--out", "--sessions", "--turns", "--tokens", "--repetitions", "--python",
+                         "--decode-agents", "--decode-length"},
                   {"--full", "--help"}, "bench sessions");
   if (a.has("--help")) {
     out << kHelp;
@@ -271,20 +335,25 @@ int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out) 
   o.turns = a.get_int("--turns", 4, 1, 64);
   o.tokens = a.get_int("--tokens", 16, 1, 1024);
   o.repetitions = a.get_int("--repetitions", 3, 1, 100);
+  o.decode_agents = a.get_int("--decode-agents", 8, 0, 64);
+  o.decode_length = a.get_int("--decode-length", 2048, 16, 8000);
   std::filesystem::create_directories(o.out);
   const std::vector<std::string> qs = questions(o.assets);
 
-  const int64_t max_sessions = *std::max_element(o.sessions.begin(), o.sessions.end());
-  // Rows for every session open at once: its text and turns, in whole blocks, three agents' own rows in full.
-  const int64_t pool_bytes = std::max<int64_t>(int64_t{256} << 20, max_sessions * (int64_t{32} << 20));
-  agents::RuntimeOptions ro;
-  ro.model = o.model;
-  ro.kv_pool_bytes = pool_bytes;
-  agents::Runtime rt(ro);
   DirectSide direct;
   direct.loaded = runtime::load_model(o.model);
   direct.registry = std::make_unique<adapters::AdapterRegistry>(direct.loaded.model->adapter_shape(),
                                                                 direct.loaded.model->dtype());
+  // Rows for every session open at once (its text and turns, three agents' own rows in
+  // full, whole blocks), and for the agents decoding together with their own rows in full.
+  const int64_t row_bytes = runtime::Engine::base_row_bytes(*direct.loaded.model);
+  const int64_t max_sessions = *std::max_element(o.sessions.begin(), o.sessions.end());
+  const int64_t pool_bytes = std::max({int64_t{256} << 20, max_sessions * 700 * row_bytes,
+                                       (o.decode_agents + 1) * (o.decode_length + 128) * row_bytes});
+  agents::RuntimeOptions ro;
+  ro.model = o.model;
+  ro.kv_pool_bytes = pool_bytes;
+  agents::Runtime rt(ro);
   for (const char* role : kRoles) {
     const std::string path = o.assets + "/role_adapters/qv_shared_a/" + role;
     rt.load_adapter(role, path);
@@ -344,6 +413,10 @@ int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out) 
     }
   }
   out << "wrote " << csv_path << "\n";
+  if (o.decode_agents > 0) {
+    run_decode_together(rt, o, out);
+    out << "wrote " << o.out << "/decode_together.csv\n";
+  }
   if (!o.python.empty()) {
     const std::vector<std::string> cmd = {o.python, o.assets + "/../tools/plot_sessions_bench.py", "--dir", o.out};
     int rc = -1;
