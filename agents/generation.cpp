@@ -2,7 +2,6 @@
 // per agent), each token (constraint, sampling, streaming, stops), the end (commit or drop),
 // cancellation, deadlines and failures.
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <tuple>
 
@@ -271,6 +270,7 @@ void RuntimeCore::end_in_flight(SessionState& s, ReplyEnd end, const std::string
 
 bool RuntimeCore::has_work() {
   const Clock::time_point now = Clock::now();
+  expire_waiting(now);
   std::vector<std::shared_ptr<Generation>> late;
   for (auto& [id, s] : sessions) {
     for (const std::shared_ptr<Generation>& g : s.in_flight) {

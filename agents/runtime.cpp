@@ -4,6 +4,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <set>
+
 #include "lorakv/agents/runtime_core.h"
 #include "lorakv/agents/session_file.h"
 #include "lorakv/common/errors.h"
@@ -97,9 +99,12 @@ const std::string& RuntimeCore::model_identity() {
 void RuntimeCore::close_session(int64_t id) {
   auto it = sessions.find(id);
   if (it == sessions.end()) return;
+  end_waiting(id, ReplyEnd::kCancelled);
   end_in_flight(it->second, ReplyEnd::kCancelled);
   engine->release_context(it->second.context);
+  release_reservation(it->second);
   sessions.erase(id);
+  admit_waiting();
 }
 
 Runtime::Runtime(RuntimeOptions options) : core_(std::make_shared<RuntimeCore>(std::move(options))) {}
@@ -144,6 +149,9 @@ std::vector<std::string> Runtime::adapters() const {
 std::shared_ptr<Session> Runtime::open_session(const SessionOptions& options) {
   if (options.max_tokens_per_step < 0) {
     throw ConfigError("max_tokens_per_step must be 0 (no cap) or more", {"", "max_tokens_per_step"});
+  }
+  if (options.reserve_tokens < 0 || options.reserve_reply_tokens < 0) {
+    throw ConfigError("reserve_tokens and reserve_reply_tokens must be 0 or more", {"", "reserve_tokens"});
   }
   const int64_t id = core_->scheduler->call(
       [core = core_.get(), &options] {
@@ -209,8 +217,14 @@ RuntimeStats Runtime::stats() const {
         r.kv_bytes_in_use = m.cache.bytes_in_use;
         r.kv_bytes_peak = m.cache.peak_bytes_in_use;
         r.kv_bytes_capacity = m.cache.reserved_bytes;
+        r.base_row_bytes = runtime::Engine::base_row_bytes(*core->loaded.model, core->engine->options());
         r.adapter_bytes = core->registry->num_bytes();
         r.steps = core->driver->stats().steps;
+        r.admitted_sessions = core->admitted_sessions;
+        r.peak_admitted_sessions = core->peak_admitted_sessions;
+        std::set<int64_t> waiting;
+        for (const WaitingStart& w : core->waiting) waiting.insert(w.session);
+        r.waiting_sessions = static_cast<int64_t>(waiting.size());
         return r;
       },
       "Runtime::stats");

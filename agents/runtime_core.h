@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <future>
 #include <map>
@@ -71,6 +72,23 @@ struct GenerationGroup {
   std::promise<std::vector<Reply>> promise;
 };
 
+// Blocks per lane a whole-session reservation holds: in the base pool, and in each residual
+// pool (by rank). Also the pools' capacity in the same unit.
+struct Reservation {
+  int64_t base_blocks = 0;
+  std::map<int64_t, int64_t> residual_blocks;  // by rank
+};
+
+// A generate call waiting for its session's admission.
+struct WaitingStart {
+  int64_t session = 0;
+  std::vector<std::string> agents;
+  GenerateOptions options;
+  Clock::time_point started;
+  std::shared_ptr<Generation> alone;
+  std::shared_ptr<GenerationGroup> group;
+};
+
 struct SessionState {
   SessionOptions options;
   runtime::ContextId context;
@@ -79,6 +97,8 @@ struct SessionState {
   SessionStats stats;
   double decode_seconds = 0;
   int64_t decode_tokens = 0;
+  bool admitted = false;    // holds `reserved` (SessionOptions::reserve_tokens)
+  Reservation reserved;
 };
 
 struct RuntimeCore : StepSource {
@@ -87,6 +107,7 @@ struct RuntimeCore : StepSource {
 
   // StepSource (the engine thread).
   bool has_work() override;
+  std::optional<Clock::time_point> next_deadline() override;
   void step() override { driver->step(); }
   void fail_all(std::exception_ptr error) override;
 
@@ -99,6 +120,14 @@ struct RuntimeCore : StepSource {
   void on_ended(const std::shared_ptr<Generation>& g);
   void end_in_flight(SessionState& s, ReplyEnd end, const std::string& only_agent = "");
   void close_session(int64_t id);
+  // Admission (admission.cpp). submit starts the call now, or queues it until the session's
+  // reservation fits; admit_waiting starts what fits now, in arrival order.
+  void submit(WaitingStart call);
+  void admit_waiting();
+  void update_reservation(SessionState& s);  // after agents join or leave an admitted session
+  void release_reservation(SessionState& s);
+  void end_waiting(int64_t session, ReplyEnd end);
+  void expire_waiting(Clock::time_point now);
   // "one of: a, b" / "none loaded": what an UnknownAdapterError lists.
   std::string loaded_adapters() const;
   // The model files' identity (agents/session_file.h), hashed once on first use.
@@ -113,12 +142,18 @@ struct RuntimeCore : StepSource {
   std::map<int64_t, SessionState> sessions;
   int64_t next_session = 0;
   std::string model_sha256;  // model_identity(), once computed
+  std::deque<WaitingStart> waiting;  // generate calls waiting for admission, in arrival order
+  Reservation reserved_total;        // every admitted session's reservation
+  int64_t admitted_sessions = 0, peak_admitted_sessions = 0;
   // Last: started once everything above exists, stopped (in ~Runtime) before it goes.
   std::unique_ptr<Scheduler> scheduler;
 
  private:
   void commit(SessionState& s, Generation& g);
   void finish(SessionState* s, const std::shared_ptr<Generation>& g);
+  Reservation reservation_for(const SessionState& s) const;
+  Reservation capacity_for(const Reservation& wanted) const;  // the pools wanted uses
+  bool try_admit(SessionState& s);
 };
 
 }  // namespace lorakv::agents

@@ -43,6 +43,21 @@ void Scheduler::stop() {
   if (thread_.joinable() && !on_engine_thread()) thread_.join();
 }
 
+void Scheduler::wait_for_command(std::unique_lock<std::mutex>& lock) {
+  const auto ready = [this] { return stopping_ || !commands_.empty(); };
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  try {
+    deadline = source_.next_deadline();
+  } catch (const std::exception& e) {
+    log::error(std::string("the step source failed: ") + e.what());
+  }
+  if (deadline) {
+    wake_.wait_until(lock, *deadline, ready);
+  } else {
+    wake_.wait(lock, ready);
+  }
+}
+
 void Scheduler::loop() {
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -54,7 +69,7 @@ void Scheduler::loop() {
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (!has_work) wake_.wait(lock, [this] { return stopping_ || !commands_.empty(); });
+      if (!has_work) wait_for_command(lock);
       commands.swap(commands_);
       stopping = stopping_;
     }

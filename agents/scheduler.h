@@ -11,6 +11,7 @@
 // DeadlockError: it would wait for the thread that is running it.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -18,6 +19,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -35,6 +37,9 @@ class StepSource {
   // fail_all (the step was rolled back; no job can be blamed).
   virtual void step() = 0;
   virtual void fail_all(std::exception_ptr error) = 0;
+  // When has_work() is false: the next time it should be asked again without a command
+  // arriving (a waiting call's deadline); none: only when a command arrives.
+  virtual std::optional<std::chrono::steady_clock::time_point> next_deadline() { return std::nullopt; }
 };
 
 class Scheduler {
@@ -68,6 +73,7 @@ class Scheduler {
  private:
   void refuse_on_engine_thread(const std::string& what) const;
   void loop();
+  void wait_for_command(std::unique_lock<std::mutex>& lock);  // until a command, stop, or the source's deadline
 
   StepSource& source_;
   std::mutex mutex_;

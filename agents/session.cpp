@@ -54,6 +54,7 @@ void Session::add_agent(const AgentOptions& agent) {
         const int32_t index = core.engine->add_reader(s.context, adapter);  // checks the mode can serve it
         s.agents[agent.name] =
             AgentState{agent, {s.context, index}, adapter ? adapter->identity() : AdapterIdentity::base_model(), false};
+        core.update_reservation(s);
       },
       "Session::add_agent");
 }
@@ -67,6 +68,8 @@ void Session::remove_agent(const std::string& name) {
         core_->end_in_flight(s, ReplyEnd::kCancelled, name);
         core_->engine->remove_reader(reader);
         s.agents.erase(name);
+        core_->update_reservation(s);
+        core_->admit_waiting();
       },
       "Session::remove_agent");
 }
@@ -119,7 +122,7 @@ std::future<Reply> Session::generate_async(const std::string& agent, const Gener
   const Clock::time_point started = Clock::now();
   core_->scheduler->post([core = core_, id = id_, agent, options, started, g] {
     try {
-      core->start(id, {agent}, options, started, g, nullptr);
+      core->submit({id, {agent}, options, started, g, nullptr});
     } catch (...) {
       g->promise.set_exception(std::current_exception());
     }
@@ -139,7 +142,7 @@ std::vector<Reply> Session::generate_all(const std::vector<std::string>& agents,
   const Clock::time_point started = Clock::now();
   core_->scheduler->post([core = core_, id = id_, agents, options, started, group] {
     try {
-      core->start(id, agents, options, started, nullptr, group);
+      core->submit({id, agents, options, started, nullptr, group});
     } catch (...) {
       group->promise.set_exception(std::current_exception());
     }
@@ -197,7 +200,10 @@ void Session::save(const std::string& path) const {
 void Session::cancel() {
   core_->scheduler->post([core = core_, id = id_] {
     auto it = core->sessions.find(id);
-    if (it != core->sessions.end()) core->end_in_flight(it->second, ReplyEnd::kCancelled);
+    if (it == core->sessions.end()) return;
+    core->end_waiting(id, ReplyEnd::kCancelled);
+    core->end_in_flight(it->second, ReplyEnd::kCancelled);
+    core->admit_waiting();
   });
 }
 

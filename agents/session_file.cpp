@@ -200,6 +200,8 @@ std::vector<uint8_t> encode_session(const SessionFile& f) {
   put(options, "writer", text(runtime::shared_writer_name(f.options.writer)));
   put(options, "priority", number(f.options.priority));
   put(options, "max_tokens_per_step", number(f.options.max_tokens_per_step));
+  put(options, "reserve_tokens", number(f.options.reserve_tokens));
+  put(options, "reserve_reply_tokens", number(f.options.reserve_reply_tokens));
   put(header, "options", JsonValue::make_object(std::move(options)));
   std::vector<JsonValue> agents;
   for (const SavedAgent& a : f.agents) {
@@ -253,7 +255,13 @@ SessionFile read_session(const std::string& path) {
     const std::optional<runtime::SharingMode> mode = runtime::parse_sharing_mode(o.at("mode").as_string());
     const std::optional<runtime::SharedWriter> writer = runtime::parse_shared_writer(o.at("writer").as_string());
     if (!mode || !writer) d.fail("an unknown sharing mode or writer", "options");
-    f.options = {*mode, *writer, static_cast<int32_t>(o.at("priority").as_int()), o.at("max_tokens_per_step").as_int()};
+    f.options.mode = *mode;
+    f.options.writer = *writer;
+    f.options.priority = static_cast<int32_t>(o.at("priority").as_int());
+    f.options.max_tokens_per_step = o.at("max_tokens_per_step").as_int();
+    // Added within version 1: absent in files written before admission existed.
+    f.options.reserve_tokens = o.find_int("reserve_tokens").value_or(0);
+    f.options.reserve_reply_tokens = o.find_int("reserve_reply_tokens").value_or(SessionOptions{}.reserve_reply_tokens);
     for (const JsonValue& a : h.at("agents").as_array()) {
       f.agents.push_back({{a.at("name").as_string(), a.at("adapter").as_string(), a.at("instruction").as_string()},
                           d.identity(a.at("adapter_sha256"), a.at("adapter_sha256").path())});

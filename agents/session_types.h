@@ -34,6 +34,17 @@ struct SessionOptions {
   runtime::SharedWriter writer = runtime::SharedWriter::kFirst;
   int32_t priority = 0;               // higher goes first when a step's budget is short
   int64_t max_tokens_per_step = 0;    // this session's tokens in one engine step; 0: no cap
+  // Whole-session admission. With reserve_tokens > 0 (the most tokens the trajectory will
+  // hold, replies included) the session runs only once the pools can hold its rows for that
+  // many tokens in its mode (every agent's own rows in `full`, one shared set plus residual
+  // streams in the others) and one reply of reserve_reply_tokens per agent (instruction,
+  // header and reply), beside every other admitted session's reservation. Until then its
+  // generate calls wait, first come first served (their timeout counts, cancel ends them);
+  // a session that cannot fit even alone is refused (SessionCapacityError). The reservation
+  // is held until close; agents added later grow it without waiting. 0: no reservation: the
+  // session's work is admitted step by step as the pools allow.
+  int64_t reserve_tokens = 0;
+  int64_t reserve_reply_tokens = 256;
 };
 
 struct AgentOptions {
@@ -98,7 +109,13 @@ struct SessionStats {
 
 struct RuntimeStats {
   int64_t sessions = 0;
+  // Sessions with a reservation (SessionOptions::reserve_tokens): admitted now, waiting for
+  // room now, and the most admitted at once so far.
+  int64_t admitted_sessions = 0, waiting_sessions = 0, peak_admitted_sessions = 0;
   int64_t kv_bytes_in_use = 0, kv_bytes_peak = 0, kv_bytes_capacity = 0;
+  // Bytes one token row takes in the base pool (every layer's K and V): kv_pool_bytes over
+  // it is how many token rows the base pool holds.
+  int64_t base_row_bytes = 0;
   int64_t adapter_bytes = 0;  // every loaded adapter
   int64_t steps = 0;          // engine steps so far
 };

@@ -452,6 +452,30 @@ ContextMemory Engine::context_memory(ContextId context) const {
           bytes_of(priv, block_bytes)};
 }
 
+ContextFootprint Engine::context_footprint(ContextId context) const {
+  const ContextState& c = state_->context(context);
+  ContextFootprint f;
+  std::vector<const ReaderStream*> streams;  // distinct by key: readers of one A group share one
+  auto add = [&](const ReaderStream& s) {
+    const bool known = std::any_of(streams.begin(), streams.end(), [&](const ReaderStream* o) { return o->key == s.key; });
+    if (!known) streams.push_back(&s);
+  };
+  for (const ReaderState& r : c.readers) {
+    if (r.left) continue;
+    if (c.options.mode == SharingMode::kFull) ++f.base_row_sets;
+    for (const ReaderStream& s : r.streams) add(s);
+  }
+  for (const ReaderStream& s : c.group_streams) add(s);
+  if (c.options.mode != SharingMode::kFull) f.base_row_sets = 1;
+  for (const ReaderStream* s : streams) {
+    const std::set<int64_t> ranks(s->ranks.begin(), s->ranks.end());
+    for (int64_t rank : ranks) {
+      if (rank > 0) ++f.residual_streams_by_rank[rank];
+    }
+  }
+  return f;
+}
+
 int64_t Engine::max_context_tokens() const { return model_.config().context_length; }
 
 }  // namespace lorakv::runtime

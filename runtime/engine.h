@@ -170,6 +170,15 @@ struct ContextMemory {
   int64_t total() const { return shared_bytes + own_bytes + residual_bytes + private_bytes; }
 };
 
+// What each further token of a context takes in the pools, with its readers as they are now
+// (private rows not included): row sets in the base pool (each reader's own rows in `full`,
+// else the one shared set) and residual streams per residual pool, by rank. A stream counts
+// in the pool of every rank its layers use. Sizes whole-session admission (agents/).
+struct ContextFootprint {
+  int64_t base_row_sets = 0;
+  std::map<int64_t, int64_t> residual_streams_by_rank;
+};
+
 class Engine {
  public:
   // Throws ConfigError when the model's head size is one the fused kernel does not take.
@@ -247,6 +256,7 @@ class Engine {
 
   EngineMemory memory() const;
   ContextMemory context_memory(ContextId context) const;
+  ContextFootprint context_footprint(ContextId context) const;
   // Most positions one context may reach: the model's context length.
   int64_t max_context_tokens() const;
   const cache::PagedKvCache& cache() const { return *cache_; }

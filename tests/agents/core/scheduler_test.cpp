@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -189,6 +191,41 @@ TEST(Scheduler, StopRunsWhatWasQueuedThenRefusesMore) {
   EXPECT_THROW(scheduler->post([] {}), SessionClosedError);
   EXPECT_THROW(scheduler->call([] { return 0; }, "late"), SessionClosedError);
   scheduler->stop();  // idempotent
+}
+
+// A source with nothing to step but a deadline ahead (a call waiting for admission with a
+// timeout) is asked again once the deadline passes, with no command arriving to wake it.
+class DeadlineSource : public StepSource {
+ public:
+  explicit DeadlineSource(std::chrono::steady_clock::time_point at) : at_(at) {}
+  bool has_work() override {
+    if (!fired_.load() && std::chrono::steady_clock::now() >= at_) {
+      fired_ = true;
+      fired_promise_.set_value();
+    }
+    return false;
+  }
+  void step() override {}
+  void fail_all(std::exception_ptr) override {}
+  std::optional<std::chrono::steady_clock::time_point> next_deadline() override {
+    if (fired_.load()) return std::nullopt;
+    return at_;
+  }
+  std::future<void> fired() { return fired_promise_.get_future(); }
+
+ private:
+  std::chrono::steady_clock::time_point at_;
+  std::atomic<bool> fired_{false};
+  std::promise<void> fired_promise_;
+};
+
+TEST(Scheduler, IdleLoopWakesAtTheSourcesDeadline) {
+  DeadlineSource source(std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+  std::future<void> fired = source.fired();
+  Scheduler scheduler(source);
+  scheduler.post([] {});  // one pass of the loop, then it idles until the deadline
+  EXPECT_EQ(fired.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  scheduler.stop();
 }
 
 }  // namespace

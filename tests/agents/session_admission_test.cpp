@@ -1,0 +1,173 @@
+// tests/agents/session_admission_test.cpp: whole-session admission (SessionOptions::
+// reserve_tokens) on the real model: a pool that holds four base_lr_shared sessions' rows
+// admits only two `full` ones at once and runs the others as those close; a waiting call
+// ends by its deadline, by cancel or by close with nothing appended; a reservation that
+// cannot fit even alone is refused.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "lorakv/agents/errors.h"
+#include "tests/agents/session_test_util.h"
+
+namespace lorakv::agents {
+namespace {
+
+using runtime::SharingMode;
+using runtime::SharedWriter;
+
+const char* kSystem = "Answer with tools: Lookup[name], Calculate[a - b], Finish[answer].";
+const char* kQuestion = "How old was Dok Gramein in 1940?";
+
+// Every session reserves 64 trajectory tokens (4 blocks of 16) and 16 reply tokens per agent
+// (1 block). With three agents: `full` reserves 3 * 4 + 3 = 15 base blocks per lane,
+// base_lr_shared 4 + 3 = 7 (plus one shared-A value stream in its residual pool). A pool of
+// 30 blocks holds four base_lr_shared reservations (28) but only two `full` ones (30).
+constexpr int64_t kReserveTokens = 64, kReplyTokens = 16, kPoolBlocks = 30, kBlockSize = 16;
+
+int64_t row_bytes() {
+  static const int64_t bytes = [] {
+    Runtime probe(testing::real_model_options());
+    return probe.stats().base_row_bytes;
+  }();
+  return bytes;
+}
+
+std::unique_ptr<Runtime> pool_of_30_blocks() {
+  RuntimeOptions o = testing::real_model_options();
+  o.kv_pool_bytes = row_bytes() * kPoolBlocks * kBlockSize;
+  o.block_size = kBlockSize;
+  auto rt = std::make_unique<Runtime>(o);
+  for (const char* role : {"planner", "actor", "reflector"}) {
+    rt->load_adapter(role, testing::role_adapter_path("qv_shared_a", role));
+  }
+  return rt;
+}
+
+std::shared_ptr<Session> reserved_session(Runtime& rt, SharingMode mode) {
+  SessionOptions o{mode, SharedWriter::kFirst};
+  o.reserve_tokens = kReserveTokens;
+  o.reserve_reply_tokens = kReplyTokens;
+  auto s = rt.open_session(o);
+  for (const char* role : {"planner", "actor", "reflector"}) s->add_agent({role, role, ""});
+  s->append("system", kSystem);
+  s->append("user", kQuestion);
+  return s;
+}
+
+GenerateOptions tokens(int64_t n) {
+  GenerateOptions o;
+  o.max_tokens = n;
+  return o;
+}
+
+// Polls the runtime until `ready` holds (the engine thread admits asynchronously).
+template <typename Ready>
+bool eventually(Runtime& rt, Ready ready) {
+  for (int i = 0; i < 400; ++i) {
+    if (ready(rt.stats())) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// Four sessions each generate one turn and close, all submitted at once: every turn is
+// appended; base_lr_shared has all four admitted at once, `full` two, the others waiting.
+TEST(SessionAdmission, FullAdmitsFewerSessionsThanBaseLrSharedInTheSamePool) {
+  for (SharingMode mode : {SharingMode::kBaseLrShared, SharingMode::kFull}) {
+    SCOPED_TRACE(runtime::sharing_mode_name(mode));
+    auto rt = pool_of_30_blocks();
+    std::vector<std::shared_ptr<Session>> sessions;
+    for (int i = 0; i < 4; ++i) sessions.push_back(reserved_session(*rt, mode));
+    std::vector<std::future<Reply>> replies;
+    for (auto& s : sessions) replies.push_back(s->generate_async("planner", tokens(8)));
+    if (mode == SharingMode::kFull) {
+      EXPECT_TRUE(eventually(*rt, [](const RuntimeStats& st) { return st.waiting_sessions == 2; }));
+    }
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      const Reply r = replies[i].get();
+      EXPECT_TRUE(r.appended) << "session " << i << ": " << reply_end_name(r.end);
+      sessions[i]->close();
+    }
+    const RuntimeStats st = rt->stats();
+    EXPECT_EQ(st.peak_admitted_sessions, mode == SharingMode::kFull ? 2 : 4);
+    EXPECT_EQ(st.admitted_sessions, 0);
+    EXPECT_EQ(st.waiting_sessions, 0);
+    EXPECT_EQ(st.kv_bytes_in_use, 0);
+  }
+}
+
+// A waiting call: its deadline ends it (kDeadline), cancel ends another (kCancelled), and a
+// third runs once the admitted session closes. Nothing waiting is appended.
+TEST(SessionAdmission, WaitingCallsEndByDeadlineOrCancelOrRunWhenRoomFrees) {
+  auto rt = pool_of_30_blocks();
+  auto first = reserved_session(*rt, SharingMode::kFull);
+  auto second = reserved_session(*rt, SharingMode::kFull);
+  auto third = reserved_session(*rt, SharingMode::kFull);
+  ASSERT_TRUE(first->generate("planner", tokens(4)).appended);   // admitted: 15 of 30 blocks
+  ASSERT_TRUE(second->generate("planner", tokens(4)).appended);  // admitted: 30 of 30
+  const std::vector<int32_t> before = third->tokens();
+
+  GenerateOptions late = tokens(4);
+  late.timeout = std::chrono::milliseconds(200);
+  const Reply timed_out = third->generate("planner", late);
+  EXPECT_EQ(timed_out.end, ReplyEnd::kDeadline);
+  EXPECT_FALSE(timed_out.appended);
+
+  std::future<Reply> cancelled = third->generate_async("planner", tokens(4));
+  ASSERT_TRUE(eventually(*rt, [](const RuntimeStats& st) { return st.waiting_sessions == 1; }));
+  third->cancel();
+  EXPECT_EQ(cancelled.get().end, ReplyEnd::kCancelled);
+  EXPECT_EQ(third->tokens(), before);
+
+  std::future<Reply> runs = third->generate_async("planner", tokens(4));
+  ASSERT_TRUE(eventually(*rt, [](const RuntimeStats& st) { return st.waiting_sessions == 1; }));
+  first->close();
+  EXPECT_TRUE(runs.get().appended);
+  EXPECT_EQ(rt->stats().peak_admitted_sessions, 2);
+}
+
+// Closing a session whose call waits ends the call as kCancelled.
+TEST(SessionAdmission, ClosingAWaitingSessionCancelsItsCall) {
+  auto rt = pool_of_30_blocks();
+  auto first = reserved_session(*rt, SharingMode::kFull);
+  auto second = reserved_session(*rt, SharingMode::kFull);
+  auto third = reserved_session(*rt, SharingMode::kFull);
+  ASSERT_TRUE(first->generate("planner", tokens(2)).appended);
+  ASSERT_TRUE(second->generate("planner", tokens(2)).appended);
+  std::future<Reply> waiting = third->generate_async("planner", tokens(2));
+  ASSERT_TRUE(eventually(*rt, [](const RuntimeStats& st) { return st.waiting_sessions == 1; }));
+  third->close();
+  EXPECT_EQ(waiting.get().end, ReplyEnd::kCancelled);
+  EXPECT_EQ(rt->stats().waiting_sessions, 0);
+}
+
+// A reservation larger than the pool, even with no other session, is refused at once with
+// the pools' sizes in the message; the session stays usable as it was.
+TEST(SessionAdmission, AReservationThatCannotFitEvenAloneIsRefused) {
+  auto rt = pool_of_30_blocks();
+  SessionOptions o{SharingMode::kFull, SharedWriter::kFirst};
+  o.reserve_tokens = 200;  // 13 blocks per agent, three agents: 39 + 3 > 30
+  auto s = rt->open_session(o);
+  for (const char* role : {"planner", "actor", "reflector"}) s->add_agent({role, role, ""});
+  s->append("user", kQuestion);
+  const std::vector<int32_t> before = s->tokens();
+  try {
+    s->generate("planner", tokens(2));
+    FAIL() << "no SessionCapacityError";
+  } catch (const SessionCapacityError& e) {
+    EXPECT_NE(std::string(e.what()).find("reserve_tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("base pool 30 blocks per lane"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s->tokens(), before);
+  SessionOptions bad;
+  bad.reserve_tokens = -1;
+  EXPECT_THROW(rt->open_session(bad), ConfigError);
+}
+
+}  // namespace
+}  // namespace lorakv::agents
