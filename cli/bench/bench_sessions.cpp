@@ -24,6 +24,7 @@
 #include "lorakv/agents/chat_layout.h"
 #include "lorakv/agents/runtime.h"
 #include "lorakv/cli/bench/bench_memory.h"
+#include "lorakv/cli/bench/bench_sessions_capacity.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/common/cpu_features.h"
@@ -62,6 +63,11 @@ flags:
   --decode-agents N   agents decoding together on one shared context of real text
                       (generate_all), base_lr_shared against full (default 8; 0: skip)
   --decode-length N   that context's length in tokens (default 2048)
+  --capacity-sessions N
+                      a pool that just fits N base_lr_shared sessions' reservations
+                      (SessionOptions::reserve_tokens) and N sessions started at once in
+                      it, full against base_lr_shared: sessions admitted at once and
+                      aggregate tokens/s (default 16; 0: skip)
   --python FILE       Python with matplotlib for the PNG (default .venv-bench/bin/python,
                       else .venv/bin/python, else python3)
 )";
@@ -74,6 +80,7 @@ struct Options {
   std::vector<int64_t> sessions;
   int64_t turns = 4, tokens = 16, repetitions = 3;
   int64_t decode_agents = 8, decode_length = 2048;
+  int64_t capacity_sessions = 16;
 };
 
 struct Measure {
@@ -320,7 +327,7 @@ std::string default_python() {
 
 int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out) {
   const CliArgs a(args, {"--model", "--assets", "--out", "--sessions", "--turns", "--tokens", "--repetitions", "--python",
-                         "--decode-agents", "--decode-length"},
+                         "--decode-agents", "--decode-length", "--capacity-sessions"},
                   {"--full", "--help"}, "bench sessions");
   if (a.has("--help")) {
     out << kHelp;
@@ -337,6 +344,7 @@ int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out) 
   o.repetitions = a.get_int("--repetitions", 3, 1, 100);
   o.decode_agents = a.get_int("--decode-agents", 8, 0, 64);
   o.decode_length = a.get_int("--decode-length", 2048, 16, 8000);
+  o.capacity_sessions = a.get_int("--capacity-sessions", 16, 0, 256);
   std::filesystem::create_directories(o.out);
   const std::vector<std::string> qs = questions(o.assets);
 
@@ -416,6 +424,17 @@ int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out) 
   if (o.decode_agents > 0) {
     run_decode_together(rt, o, out);
     out << "wrote " << o.out << "/decode_together.csv\n";
+  }
+  if (o.capacity_sessions > 0) {
+    CapacityBenchOptions c;
+    c.model = o.model;
+    c.assets = o.assets;
+    c.out = o.out;
+    c.sessions = o.capacity_sessions;
+    c.turns = o.turns;
+    c.tokens = o.tokens;
+    c.repetitions = o.repetitions;
+    run_capacity_bench(c, qs, out);
   }
   if (!o.python.empty()) {
     const std::vector<std::string> cmd = {o.python, o.assets + "/../tools/plot_sessions_bench.py", "--dir", o.out};

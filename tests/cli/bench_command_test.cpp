@@ -38,10 +38,11 @@ TEST(BenchCommand, SessionsBenchRefusesBadFlagsNamingThem) {
   EXPECT_NE(refusal({"bench", "sessions", "--sessions", "four"}).find("--sessions"), std::string::npos);
   EXPECT_NE(refusal({"bench", "sessions", "--turns", "0"}).find("--turns"), std::string::npos);
   EXPECT_NE(refusal({"bench", "sessions", "--tokens", "-3"}).find("--tokens"), std::string::npos);
+  EXPECT_NE(refusal({"bench", "sessions", "--capacity-sessions", "-1"}).find("--capacity-sessions"), std::string::npos);
   EXPECT_NE(refusal({"bench", "sessions", "--agents", "3"}).find("--agents"), std::string::npos);
   std::ostringstream out, err;
   EXPECT_EQ(run_cli({"bench", "sessions", "--help"}, out, err), 0);
-  for (const char* word : {"scheduler", "sequential", "driver", "sessions.csv", "base_lr_shared"}) {
+  for (const char* word : {"scheduler", "sequential", "driver", "sessions.csv", "base_lr_shared", "--capacity-sessions"}) {
     EXPECT_NE(out.str().find(word), std::string::npos) << word;
   }
 }
