@@ -3,6 +3,7 @@
 // value is the exit code; bad input throws lorakv::Error.
 #pragma once
 
+#include <istream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@ int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::os
 int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 // `lorakv bench sessions` (cli/bench/bench_sessions.cpp); args after "sessions".
 int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out);
+// `lorakv bench episodes` (cli/bench/bench_episodes.cpp); args after "episodes".
+int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out);
+// `lorakv run CONFIG.yaml` (cli/run_command.cpp); --interactive reads its inputs from `in`.
+int run_run(const std::vector<std::string>& args, std::istream& in, std::ostream& out);
 int run_version(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace lorakv::cli

@@ -24,6 +24,13 @@ set(_lorakv_install_targets lorakv_torch)
 foreach(_layer IN LISTS _lorakv_installed_layers)
   set_target_properties(lorakv_${_layer} PROPERTIES EXPORT_NAME ${_layer})
   list(APPEND _lorakv_install_targets lorakv_${_layer})
+  # A layer's parts (lorakv::agents_config...) go with it; their headers are in its folder.
+  lorakv_layer_parts(${_layer} _lorakv_parts)
+  foreach(_part IN LISTS _lorakv_parts)
+    string(REGEX REPLACE "^lorakv_" "" _part_export ${_part})
+    set_target_properties(${_part} PROPERTIES EXPORT_NAME ${_part_export})
+    list(APPEND _lorakv_install_targets ${_part})
+  endforeach()
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/lorakv/${_layer}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

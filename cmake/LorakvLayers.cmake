@@ -10,6 +10,9 @@
 #   cli -> agents -> runtime -> adapters -> cache -> kernels -> formats -> common
 # A layer whose folder has no CMakeLists.txt yet (agents/, until the sessions land) keeps its
 # place in the table and builds nothing.
+# A layer may build more libraries than lorakv_<layer>: parts (lorakv_layer_part), each from
+# one subfolder, e.g. lorakv_agents_config from agents/config/ (torch-free, so programs and
+# tests that need only the session configs do not link libtorch).
 set(LORAKV_LAYERS common formats kernels cache adapters runtime agents cli)
 set(LORAKV_LAYER_ALLOWED_common "")
 set(LORAKV_LAYER_ALLOWED_formats common)
@@ -24,7 +27,8 @@ set(LORAKV_LAYER_ALLOWED_cli agents runtime adapters cache kernels formats commo
 # "lorakv/<folder>/..." (as "<folder>/..." with NO_PREFIX: tests/, which is never installed).
 function(lorakv_expose_folder target folder)
   cmake_parse_arguments(ARG "NO_PREFIX" "" "" ${ARGN})
-  set(_root ${CMAKE_BINARY_DIR}/layer_roots/${folder})
+  string(REPLACE "/" "+" _root_name "${folder}")  # agents/config: a root beside agents', not in it
+  set(_root ${CMAKE_BINARY_DIR}/layer_roots/${_root_name})
   set(_link ${_root}/lorakv/${folder})
   if(ARG_NO_PREFIX)
     set(_link ${_root}/${folder})
@@ -35,6 +39,24 @@ function(lorakv_expose_folder target folder)
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${_link} SYMBOLIC)
   endif()
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${_root}>)
+endfunction()
+
+# Declares <target> (named lorakv_<layer>_<part>) a part of <layer>, built from the subfolder
+# <layer>/<part>/ and included as "lorakv/<layer>/<part>/...": its include root exposes only
+# that subfolder, it installs and exports with its layer, and the link check counts it as
+# its layer (it may link what the layer may; the layer's library may link it).
+function(lorakv_layer_part target layer part)
+  if(NOT target STREQUAL "lorakv_${layer}_${part}")
+    message(FATAL_ERROR "lorakv_layer_part: the part ${part} of ${layer} must be named lorakv_${layer}_${part}")
+  endif()
+  set_property(GLOBAL APPEND PROPERTY LORAKV_LAYER_PARTS_${layer} ${target})
+  lorakv_expose_folder(${target} ${layer}/${part})
+endfunction()
+
+# The parts of <layer> declared so far.
+function(lorakv_layer_parts layer out_var)
+  get_property(_parts GLOBAL PROPERTY LORAKV_LAYER_PARTS_${layer})
+  set(${out_var} "${_parts}" PARENT_SCOPE)
 endfunction()
 
 # The layers that exist in this tree (their folder has a CMakeLists.txt), in table order.
@@ -48,21 +70,30 @@ function(lorakv_present_layers out_var)
   set(${out_var} ${_present} PARENT_SCOPE)
 endfunction()
 
-# Checks every lorakv_<layer> library's direct links against the table.
+# Checks every lorakv_<layer> library's direct links, and its parts', against the table.
 function(lorakv_check_layer_links)
   lorakv_present_layers(_present)
   foreach(_layer IN LISTS _present)
-    get_target_property(_links lorakv_${_layer} LINK_LIBRARIES)
-    get_target_property(_iface lorakv_${_layer} INTERFACE_LINK_LIBRARIES)
-    foreach(_lib IN LISTS _links _iface)
-      string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" _lib "${_lib}")
-      if(_lib MATCHES "^lorakv_(.+)$" AND NOT _lib STREQUAL "lorakv_torch")
-        set(_dep ${CMAKE_MATCH_1})
-        if(NOT _dep IN_LIST LORAKV_LAYER_ALLOWED_${_layer})
-          message(FATAL_ERROR "layer table: lorakv_${_layer} links ${_lib}, but ${_layer} may use only "
-                              "[${LORAKV_LAYER_ALLOWED_${_layer}}] (see cmake/LorakvLayers.cmake)")
+    lorakv_layer_parts(${_layer} _parts)
+    foreach(_target lorakv_${_layer} ${_parts})
+      get_target_property(_links ${_target} LINK_LIBRARIES)
+      get_target_property(_iface ${_target} INTERFACE_LINK_LIBRARIES)
+      foreach(_lib IN LISTS _links _iface)
+        string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" _lib "${_lib}")
+        if(_lib MATCHES "^lorakv_(.+)$" AND NOT _lib STREQUAL "lorakv_torch")
+          set(_dep ${CMAKE_MATCH_1})
+          foreach(_other IN LISTS LORAKV_LAYERS)  # a part counts as its layer
+            lorakv_layer_parts(${_other} _other_parts)
+            if(_lib IN_LIST _other_parts)
+              set(_dep ${_other})
+            endif()
+          endforeach()
+          if(NOT _dep STREQUAL _layer AND NOT _dep IN_LIST LORAKV_LAYER_ALLOWED_${_layer})
+            message(FATAL_ERROR "layer table: ${_target} links ${_lib}, but ${_layer} may use only "
+                                "[${LORAKV_LAYER_ALLOWED_${_layer}}] (see cmake/LorakvLayers.cmake)")
+          endif()
         endif()
-      endif()
+      endforeach()
     endforeach()
   endforeach()
 endfunction()

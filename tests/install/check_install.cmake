@@ -26,6 +26,7 @@ run("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${_prefix})
 # command line's internals, and no header outside include/lorakv/.
 foreach(_path include/lorakv/common/errors.h include/lorakv/runtime/engine.h include/lorakv/kernels/cpu/lora_rows.h
               include/lorakv/agents/runtime.h include/lorakv/agents/session.h lib/liblorakv_agents.a
+              include/lorakv/agents/config/load_session_config.h lib/liblorakv_agents_config.a
               lib/liblorakv_runtime.a lib/liblorakv_common.a lib/cmake/lorakv/lorakvConfig.cmake
               lib/cmake/lorakv/lorakvConfigVersion.cmake lib/cmake/lorakv/lorakvTargets.cmake bin/lorakv)
   if(NOT EXISTS ${_prefix}/${_path})
@@ -83,3 +84,10 @@ if(NOT CMAKE_MATCH_1 STREQUAL EXPECTED_VERSION)
   message(FATAL_ERROR "two_agents reports lorakv ${CMAKE_MATCH_1}, the build is ${EXPECTED_VERSION}")
 endif()
 message(STATUS "installed lorakv ${CMAKE_MATCH_1}: the example ran two role agents")
+
+# The second example: a workflow of the user's own over the public API with a custom tool.
+run("run custom_workflow" ${WORK}/build/custom_workflow ${MODEL} ${ROLE_ADAPTERS})
+if(NOT _out MATCHES "user: How old was Dok Gramein in 1940\\?\n.*planner: Thought: [^\n]*\nAction: Lookup\nactor: Lookup\\[Dok Gramein\\]\ntool: Dok Gramein: born 1914, lives in Gramfal\\.\n.*answer: [0-9]+ \\([0-9]+ turns\\)\n")
+  message(FATAL_ERROR "unexpected custom_workflow output:\n${_out}")
+endif()
+message(STATUS "custom_workflow printed:\n${_out}")

@@ -1,0 +1,111 @@
+// agents/config/section_runtime.cpp: the keys that set up the runtime: `model`,
+// `adapters`, `cache`, and `output`.
+#include <algorithm>
+
+#include "lorakv/agents/config/paths.h"
+#include "lorakv/agents/config/sections.h"
+
+namespace lorakv::agents::config {
+namespace {
+
+const char* const kModelHint = "model: {path: ../models/SmolLM2-135M-Instruct.Q4_1.gguf} (a GGUF file or an HF folder)";
+
+// A path written as `key: PATH` or `key: {path: PATH}`.
+Field path_field(const ConfigReader& r, const Field& f, const std::vector<std::string>& keys, const std::string& hint) {
+  if (f.node.kind == YamlNode::Kind::kScalar) return f;
+  const MapReader map(r, f, keys);
+  return map.get("path", hint);
+}
+
+}  // namespace
+
+void require_one_line_name(const ConfigReader& r, SourceMark mark, const std::string& path, const std::string& name) {
+  const bool has_control = std::any_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+  const bool padded = !name.empty() && (name.front() == ' ' || name.back() == ' ');
+  if (name.empty() || has_control || padded) {
+    r.fail(mark, path, "the name `" + name + "` must be one line of text without spaces at its ends",
+           "e.g. planner");
+  }
+}
+
+void require_known_name(const ConfigReader& r, const Field& f, const std::string& name,
+                        const std::vector<std::string>& known, const std::string& kind, const std::string& section) {
+  if (std::find(known.begin(), known.end(), name) != known.end()) return;
+  const std::string near = nearest_name(name, known);
+  r.fail(f.node.mark, f.path,
+         "`" + f.path + "` names the " + kind + " `" + name + "`, which `" + section + "` does not define" +
+             (near.empty() ? "" : "; did you mean " + near + "?"),
+         known.empty() ? "define it under `" + section + "`" : "the " + section + " are " + join_names(known));
+}
+
+void read_model_section(const ConfigReader& r, const MapReader& top, SessionConfig& config) {
+  const Field model = top.get("model", kModelHint);
+  const Field path = path_field(r, model, {"path", "dtype", "threads"}, kModelHint);
+  config.model.path = resolve_path(r, path);
+  require_model_path(r, path, config.model.path);
+  if (model.node.kind != YamlNode::Kind::kMap) return;
+  const MapReader map(r, model, {"path", "dtype", "threads"});
+  if (map.has("dtype")) config.model.dtype = read_choice(r, map.get("dtype"), {"float32", "bfloat16"});
+  if (map.has("threads")) {
+    config.model.threads = static_cast<int>(read_int(r, map.get("threads"), 0, 4096, "0: libtorch's default"));
+  }
+}
+
+void read_adapters_section(const ConfigReader& r, const MapReader& top, SessionConfig& config) {
+  const YamlNode* node = top.find("adapters");
+  if (node == nullptr) return;
+  const Field adapters{*node, "adapters"};
+  if (node->kind != YamlNode::Kind::kMap) {
+    r.fail(node->mark, "adapters", "`adapters` must be a map of name: path, found " + std::string(node->kind_name()),
+           "adapters: {planner: ../assets/role_adapters/qv_shared_a/planner}");
+  }
+  require_at_most(r, adapters, node->entries.size(), kMaxEntries, "adapters");
+  for (const YamlEntry& entry : node->entries) {
+    const std::string path = child_path("adapters", entry.key);
+    r.marks().set(path, entry.key_mark);
+    require_one_line_name(r, entry.key_mark, path, entry.key);
+    const Field value{entry.value, path};
+    if (entry.value.kind == YamlNode::Kind::kNull) {
+      r.fail(entry.key_mark, path, "the adapter `" + entry.key + "` has no path", "write `" + entry.key + ": PATH`");
+    }
+    const Field file = path_field(r, value, {"path"}, "a PEFT folder or a GGUF LoRA file");
+    AdapterSection adapter{entry.key, resolve_path(r, file)};
+    require_adapter_path(r, file, adapter.path);
+    config.adapters.push_back(std::move(adapter));
+  }
+}
+
+void read_cache_section(const ConfigReader& r, const MapReader& top, SessionConfig& config) {
+  const YamlNode* node = top.find("cache");
+  if (node == nullptr) return;
+  const MapReader cache(r, Field{*node, "cache"},
+                        {"mode", "writer", "block_size", "pool_bytes", "residual_rows_per_base_row", "prefill_chunk",
+                         "step_token_budget"});
+  CacheSection& c = config.cache;
+  if (cache.has("mode")) c.mode = read_choice(r, cache.get("mode"), cache_mode_names());
+  if (cache.has("writer")) c.writer = read_choice(r, cache.get("writer"), cache_writer_names());
+  if (cache.has("block_size")) c.block_size = read_int(r, cache.get("block_size"), 1, 1 << 16, "token rows per cache block");
+  if (cache.has("pool_bytes")) c.pool_bytes = read_byte_size(r, cache.get("pool_bytes"));
+  if (cache.has("residual_rows_per_base_row")) {
+    c.residual_rows_per_base_row = read_number(r, cache.get("residual_rows_per_base_row"), 0, 1e6, true,
+                                               "the residual pools' size against the base pool's, > 0");
+  }
+  if (cache.has("prefill_chunk")) {
+    c.prefill_chunk = read_int(r, cache.get("prefill_chunk"), 1, int64_t{1} << 30, "context tokens per agent per step");
+  }
+  if (cache.has("step_token_budget")) {
+    c.step_token_budget = read_int(r, cache.get("step_token_budget"), 0, int64_t{1} << 30, "0: no limit");
+  }
+}
+
+void read_output_section(const ConfigReader& r, const MapReader& top, SessionConfig& config) {
+  const YamlNode* node = top.find("output");
+  if (node == nullptr) return;
+  const MapReader output(r, Field{*node, "output"}, {"transcript"});
+  if (!output.has("transcript")) return;
+  const Field transcript = output.get("transcript");
+  config.output.transcript = resolve_path(r, transcript);
+  require_parent_folder(r, transcript, config.output.transcript);
+}
+
+}  // namespace lorakv::agents::config

@@ -1,0 +1,131 @@
+// agents/config_model_check.cpp: the model-aware check of a session config, from files
+// only: formats:: and runtime:: header readers, adapters::load_adapter, and the engine's
+// runtime::check_reader on the agents in the order a session adds them.
+#include "lorakv/agents/config_model_check.h"
+
+#include <memory>
+
+#include "lorakv/adapters/adapter_loader.h"
+#include "lorakv/agents/chat_layout.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/tokenizer_gguf.h"
+#include "lorakv/runtime/hf_checkpoint.h"
+#include "lorakv/runtime/loaded_model.h"
+#include "lorakv/runtime/model_config.h"
+#include "lorakv/runtime/sharing_mode.h"
+
+namespace lorakv::agents {
+namespace {
+
+using config::SessionConfig;
+
+struct ModelHeader {
+  runtime::ModelConfig config;
+  std::unique_ptr<formats::BpeTokenizer> tokenizer;
+};
+
+// The model's hyperparameters and tokenizer, without its weights (as runtime::load_model
+// decides between an HF folder and a GGUF file).
+ModelHeader read_model_header(const SessionConfig& c) {
+  const char* const hint = "lorakv runs Llama-family GGUF files and HF checkpoint folders with tokenizer.json";
+  try {
+    ModelHeader header;
+    if (runtime::is_hf_checkpoint(c.model.path)) {
+      header.config = runtime::read_hf_config(c.model.path);
+      header.tokenizer = runtime::load_hf_tokenizer(c.model.path);
+      if (!header.tokenizer) throw ConfigError("sessions need the model's tokenizer; the folder has no tokenizer.json");
+    } else {
+      const std::unique_ptr<formats::GgufFile> file = formats::GgufFile::open(c.model.path);
+      header.config = runtime::read_model_config(*file);
+      header.tokenizer = std::make_unique<formats::BpeTokenizer>(formats::tokenizer_from_gguf(*file));
+    }
+    return header;
+  } catch (const config::ConfigFileError&) {
+    throw;
+  } catch (const Error& e) {
+    throw c.error_at("model.path", e.what(), hint);
+  }
+}
+
+// What an adapter must fit (as runtime::LlamaModel::adapter_shape builds it from a loaded model).
+adapters::BaseModelShape adapter_shape(const runtime::ModelConfig& m) {
+  return {m.architecture, m.num_layers, m.hidden_dim,      m.num_heads,
+          m.num_kv_heads, m.head_dim,   m.intermediate_dim, runtime::gguf_permutes_qk(m.architecture)};
+}
+
+// Each agent's turn header must tokenize as the layout needs it (ChatML's special tokens
+// in the vocabulary, no special-token text in the name).
+void check_turn_headers(const SessionConfig& c, const formats::BpeTokenizer& tokenizer) {
+  std::unique_ptr<ChatLayout> layout;
+  try {
+    layout = std::make_unique<ChatLayout>(tokenizer);
+  } catch (const Error& e) {
+    throw c.error_at("model.path", e.what(), "sessions need a chat model with <|im_start|> and <|im_end|>");
+  }
+  for (const config::AgentSection& agent : c.agents) {
+    try {
+      (void)layout->header(agent.name);
+    } catch (const Error& e) {
+      throw c.error_at("agents." + agent.name, e.what(), "a turn name is plain text, the role the adapter was trained on");
+    }
+  }
+}
+
+std::vector<std::shared_ptr<const adapters::Adapter>> load_adapters(const SessionConfig& c,
+                                                                    const adapters::BaseModelShape& shape) {
+  const adapters::AdapterLoadOptions options{runtime::parse_model_dtype(c.model.dtype)};
+  std::vector<std::shared_ptr<const adapters::Adapter>> loaded;
+  for (const config::AdapterSection& a : c.adapters) {
+    try {
+      loaded.push_back(adapters::load_adapter(a.name, a.path, shape, options));
+    } catch (const Error& e) {
+      throw c.error_at("adapters." + a.name, e.what(), "the adapter must be trained for this model");
+    }
+  }
+  return loaded;
+}
+
+// The agents join one session in file order; each is checked against those before it,
+// exactly as the engine checks a reader joining a context.
+void check_sharing_mode(const SessionConfig& c, const std::vector<std::shared_ptr<const adapters::Adapter>>& loaded) {
+  const runtime::SharingMode mode = *runtime::parse_sharing_mode(c.cache.mode);
+  std::vector<const adapters::Adapter*> earlier;
+  for (const config::AgentSection& agent : c.agents) {
+    const adapters::Adapter* adapter = nullptr;
+    for (size_t i = 0; i < c.adapters.size(); ++i) {
+      if (c.adapters[i].name == agent.adapter) adapter = loaded[i].get();
+    }
+    try {
+      runtime::check_reader(mode, adapter, earlier);
+    } catch (const Error& e) {
+      const std::string mode_at = config::format_location(c.source, c.marks.at("cache.mode"));
+      throw c.error_at("agents." + agent.name + ".adapter", e.what(),
+                       "the mode is `cache.mode` (" + mode_at + "); " + e.context().hint);
+    }
+    earlier.push_back(adapter);
+  }
+}
+
+}  // namespace
+
+ConfigModelReport check_config_against_model(const SessionConfig& c) {
+  const ModelHeader header = read_model_header(c);
+  check_turn_headers(c, *header.tokenizer);
+  const std::vector<std::shared_ptr<const adapters::Adapter>> loaded = load_adapters(c, adapter_shape(header.config));
+  check_sharing_mode(c, loaded);
+  ConfigModelReport report;
+  report.architecture = header.config.architecture;
+  report.model_name = header.config.name;
+  report.num_layers = header.config.num_layers;
+  report.hidden = header.config.hidden_dim;
+  report.context_length = header.config.context_length;
+  report.vocab_size = header.config.vocab_size;
+  for (const auto& adapter : loaded) {
+    report.adapters.push_back({adapter->name(), adapters::adapter_format_name(adapter->format()),
+                               adapter->target_names(), adapter->max_rank(), adapter->num_bytes()});
+  }
+  return report;
+}
+
+}  // namespace lorakv::agents

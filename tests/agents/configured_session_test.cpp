@@ -1,0 +1,71 @@
+// tests/agents/configured_session_test.cpp: the react example config (configs/react_qa.yaml)
+// through the same calls `lorakv run` makes, one capped episode per sharing mode: in `full`
+// the trajectory is the Python runner's for this question (assets/role_adapters/eval/
+// episodes.csv, test-00094) and the answer is right; every mode runs to an end within its
+// step limit. A mode that cannot serve an adapter is refused at the agent's YAML place.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "lorakv/agents/config/load_session_config.h"
+#include "lorakv/agents/configured_session.h"
+#include "tests/agents/session_test_util.h"
+
+namespace lorakv::agents {
+namespace {
+
+config::SessionConfig react_config(const std::string& mode) {
+  config::SessionConfig c =
+      config::load_session_config(lorakv::testing::test_setting("LORAKV_SOURCE_DIR") + "/configs/react_qa.yaml");
+  c.cache.mode = mode;
+  return c;
+}
+
+// The Python runner's transcript of test-00094 (qv_shared_a, greedy).
+const char* kPythonTranscript =
+    "[planner] Thought: look up Thou Futrel.\nAction: Lookup | [actor] Lookup[Thou Futrel] | [tool] Thou Futrel: born "
+    "1705, lives in Quegou, works as baker. | [planner] Thought: look up Quegou.\nAction: Lookup | [actor] "
+    "Lookup[Quegou] | [tool] Quegou: city founded 1145, mayor Bro Vukror. | [planner] Thought: I know the "
+    "answer.\nAction: Finish | [actor] Finish[Bro Vukror] | [reflector] Given: Bro Vukror. Expected: Bro "
+    "Vukror.\nVerdict: right.";
+
+TEST(ConfiguredSession, ReactExampleRunsInEveryMode) {
+  std::unique_ptr<Runtime> rt;
+  for (const char* mode : {"full", "full_shared", "base_shared", "base_lr_shared"}) {
+    SCOPED_TRACE(mode);
+    const config::SessionConfig c = react_config(mode);
+    if (!rt) rt = std::make_unique<Runtime>(runtime_options(c));
+    auto session = open_configured_session(*rt, c);
+    const ToolRegistry tools = configured_tools(c);
+    const ConfiguredRun run = run_configured_workflow(*session, c, tools, "");
+    ASSERT_TRUE(run.react.has_value());
+    EXPECT_LE(run.result.steps, c.workflow.max_steps);
+    EXPECT_GE(run.result.turns.size(), 4u);  // system and user, then at least a planner and an actor turn
+    if (std::string(mode) == "full") {
+      EXPECT_EQ(transcript(run.result), kPythonTranscript);
+      EXPECT_EQ(run.result.answer.value_or(""), "Bro Vukror");
+      EXPECT_EQ(run.react->verdict, "right");
+    }
+    session->close();
+  }
+}
+
+// base_lr_shared needs one A for every reader: the all-linear planner and the shared-A actor
+// differ, and the refusal points at the actor's entry in the YAML.
+TEST(ConfiguredSession, AModeThatCannotServeAnAdapterIsRefusedAtItsYamlPlace) {
+  config::SessionConfig c = react_config("base_lr_shared");
+  for (config::AdapterSection& a : c.adapters) {
+    if (a.name == "planner") a.path = testing::role_adapter_path("all_linear", "planner");
+  }
+  Runtime rt(runtime_options(c));
+  try {
+    open_configured_session(rt, c);
+    FAIL() << "no refusal";
+  } catch (const config::ConfigFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("react_qa.yaml:"), std::string::npos) << e.what();
+    EXPECT_NE(e.key_path().find("agents."), std::string::npos) << e.key_path();
+  }
+}
+
+}  // namespace
+}  // namespace lorakv::agents

@@ -1,0 +1,144 @@
+// tests/cli/run_command_test.cpp: `lorakv run` on the committed example configs and on a
+// small config written here: --check prints the effective configuration, the react example
+// streams its turns, tool calls and summary, --json prints one JSON object per event, the
+// transcript is the same for the same config and input (stats aside), --interactive runs
+// the workflow once per line on one growing session, and bad arguments are refused.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lorakv/cli/cli.h"
+#include "lorakv/cli/commands.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/formats/json.h"
+#include "tests/support/test_settings.h"
+
+namespace lorakv::cli {
+namespace {
+
+std::string source(const std::string& relative) {
+  return lorakv::testing::test_setting("LORAKV_SOURCE_DIR") + "/" + relative;
+}
+
+std::string run(const std::vector<std::string>& args, const std::string& input = "") {
+  std::istringstream in(input);
+  std::ostringstream out;
+  EXPECT_EQ(run_run(args, in, out), 0);
+  return out.str();
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A round-robin config on the base model with short turns, writing a transcript next to
+// it; the model path comes from the environment, as a user's config may take it.
+std::string small_config(const std::string& dir) {
+  setenv("LORAKV_TEST_MODEL", lorakv::testing::test_setting("LORAKV_MODEL").c_str(), 1);
+  const std::string path = dir + "/small.yaml";
+  std::ofstream(path) << "model: ${LORAKV_TEST_MODEL}\n"
+                         "cache: {mode: full_shared, pool_bytes: 64MiB}\n"
+                         "agents:\n"
+                         "  alice: {max_tokens: 6, instruction: \"You answer briefly.\"}\n"
+                         "  bob: {max_tokens: 6, sampling: {temperature: 0.8, seed: 7}}\n"
+                         "workflow: {type: round_robin, agents: [alice, bob], rounds: 1, input: \"Hello.\"}\n"
+                         "output: {transcript: transcript.jsonl}\n";
+  return path;
+}
+
+std::string scratch_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/lorakv_run_" + name;
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The transcript's lines without their "stats" (the only part that varies between runs).
+std::vector<std::string> transcript_without_stats(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    formats::JsonValue turn = formats::parse_json(line);
+    std::string kept;
+    for (const auto& [key, value] : turn.as_object()) {
+      if (key != "stats") kept += key + "=" + value.to_string() + ";";
+    }
+    out.push_back(kept);
+  }
+  return out;
+}
+
+TEST(RunCommand, CheckPrintsTheEffectiveConfiguration) {
+  const std::string out = run({"--check", source("configs/react_qa.yaml")});
+  EXPECT_TRUE(contains(out, "mode: base_lr_shared")) << out;
+  EXPECT_TRUE(contains(out, "step_token_budget: 512")) << out;  // a default filled in
+  EXPECT_TRUE(contains(out, source("models/"))) << out;         // the model path resolved
+}
+
+TEST(RunCommand, BadArgumentsAreRefused) {
+  std::istringstream in;
+  std::ostringstream out;
+  EXPECT_THROW(run_run({}, in, out), ConfigError);
+  EXPECT_THROW(run_run({"a.yaml", "b.yaml"}, in, out), ConfigError);
+  EXPECT_THROW(run_run({source("configs/react_qa.yaml"), "--input", "x", "--interactive"}, in, out), ConfigError);
+  try {
+    run_run({"no/such/config.yaml"}, in, out);
+    FAIL() << "accepted a missing file";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "no/such/config.yaml")) << e.what();
+  }
+}
+
+// The react example (base_lr_shared, the actor constrained to its three actions) streams
+// each turn with its agent's name and the tool calls, answers, and sums up.
+TEST(RunCommand, ReactExampleStreamsTurnsToolCallsAndSummary) {
+  const std::string out = run({source("configs/react_qa.yaml")});
+  for (const char* part : {"[user] Who is the mayor of the city where Thou Futrel lives?", "[planner] Thought: look up",
+                           "[actor] Lookup[Thou Futrel]", "  -> lookup(Thou Futrel)", "[tool] Thou Futrel: born 1705",
+                           "answer: Bro Vukror", "summary (base_lr_shared", "3 full caches would hold"}) {
+    EXPECT_TRUE(contains(out, part)) << "missing " << part << " in\n" << out;
+  }
+}
+
+TEST(RunCommand, JsonPrintsOneObjectPerEventThenTheSummary) {
+  const std::string dir = scratch_dir("json");
+  const std::string out = run({small_config(dir), "--json"});
+  std::istringstream lines(out);
+  std::vector<std::string> events;
+  for (std::string line; std::getline(lines, line);) events.push_back(formats::parse_json(line).at("event").as_string());
+  ASSERT_GE(events.size(), 6u) << out;
+  EXPECT_EQ(events.front(), "append");  // the user's input
+  EXPECT_EQ(events.back(), "summary");
+  EXPECT_EQ(std::count(events.begin(), events.end(), "turn_start"), 2);
+  EXPECT_EQ(std::count(events.begin(), events.end(), "turn_end"), 2);
+  EXPECT_EQ(std::count(events.begin(), events.end(), "result"), 1);
+}
+
+TEST(RunCommand, SameConfigAndInputGiveTheSameTranscript) {
+  const std::string dir = scratch_dir("transcript");
+  const std::string config = small_config(dir);
+  run({config, "--input", "Name one colour."});
+  const std::vector<std::string> first = transcript_without_stats(dir + "/transcript.jsonl");
+  run({config, "--input", "Name one colour."});
+  const std::vector<std::string> second = transcript_without_stats(dir + "/transcript.jsonl");
+  ASSERT_EQ(first.size(), 3u);  // user, alice, bob
+  EXPECT_EQ(first, second);
+  EXPECT_TRUE(contains(first[0], "Name one colour.")) << first[0];
+  run({config, "--input", "Name one animal."});
+  EXPECT_NE(transcript_without_stats(dir + "/transcript.jsonl"), first);
+}
+
+// Each line read is one run of the workflow on the same session: two inputs, four turns.
+TEST(RunCommand, InteractiveRunsTheWorkflowPerLineOnOneSession) {
+  const std::string dir = scratch_dir("interactive");
+  run({small_config(dir), "--interactive"}, "First question.\nSecond question.\n");
+  const std::vector<std::string> turns = transcript_without_stats(dir + "/transcript.jsonl");
+  ASSERT_EQ(turns.size(), 6u);
+  EXPECT_TRUE(contains(turns[0], "First question.")) << turns[0];
+  EXPECT_TRUE(contains(turns[3], "Second question.")) << turns[3];
+}
+
+}  // namespace
+}  // namespace lorakv::cli
