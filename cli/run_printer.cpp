@@ -28,7 +28,8 @@ RunPrinter::RunPrinter(std::ostream& out, bool json) : out_(out), json_(json) {}
 
 void RunPrinter::emit(const std::string& text) {
   if (progress_shown_) {
-    out_ << "\r\033[K";  // clear the progress line
+    out_ << "\r\033[K";  // clear the progress line, which replaced the turn's "[agent] "
+    if (!turn_has_text_) out_ << "[" << current_agent_ << "] ";
     progress_shown_ = false;
   }
   out_ << text << std::flush;
@@ -62,12 +63,11 @@ agents::WorkflowObserver RunPrinter::observer() {
   };
   o.on_text = [this](const std::string& agent, const std::string& piece) {
     std::lock_guard<std::mutex> lock(mutex_);
-    turn_has_text_ = true;
     emit(json_ ? JsonLine().add("event", "text").add("agent", agent).add("text", piece).str() + "\n" : piece);
+    turn_has_text_ = true;
   };
   o.on_turn_end = [this](const std::string& agent, const agents::Reply& r) {
     std::lock_guard<std::mutex> lock(mutex_);
-    turn_has_text_ = true;
     AgentTotals& t = totals_[agent];
     ++t.turns;
     t.tokens += static_cast<int64_t>(r.tokens.size());
@@ -91,6 +91,7 @@ agents::WorkflowObserver RunPrinter::observer() {
     } else {
       emit(r.end == agents::ReplyEnd::kEndOfTurn ? "\n" : std::string("  (") + agents::reply_end_name(r.end) + ")\n");
     }
+    turn_has_text_ = true;
   };
   o.on_tool_call = [this](const std::string& tool, const std::string& argument) {
     std::lock_guard<std::mutex> lock(mutex_);

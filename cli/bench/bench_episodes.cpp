@@ -241,6 +241,25 @@ std::vector<std::string> split_turns(const std::string& transcript) {
   return out;
 }
 
+// The role of a transcript turn ("[actor] Lookup[X]" -> "actor").
+std::string turn_role(const std::string& turn) {
+  const size_t end = turn.find(']');
+  return turn.size() > 1 && turn[0] == '[' && end != std::string::npos ? turn.substr(1, end - 1) : "?";
+}
+
+// Per question, where this mode's trajectory first leaves full's: the role of its first
+// differing turn ("none" when equal, "ended" when it stopped first), counted.
+std::map<std::string, int64_t> first_divergence(const std::vector<Episode>& full, const std::vector<Episode>& mode) {
+  std::map<std::string, int64_t> counts;
+  for (size_t i = 0; i < full.size() && i < mode.size(); ++i) {
+    const std::vector<std::string> a = split_turns(full[i].transcript), b = split_turns(mode[i].transcript);
+    size_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+    ++counts[k == a.size() && k == b.size() ? "none" : k < b.size() ? turn_role(b[k]) : "ended"];
+  }
+  return counts;
+}
+
 std::string csv_field(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
@@ -294,6 +313,7 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
   md << "| set | mode | success | 95% CI | vs full: b / c | McNemar p | KV bytes per episode | vs 3 full caches | wall s |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";
   std::vector<Episode> full;
+  std::ostringstream divergence;
   for (const ModeSpec& m : modes) {
     double wall = 0;
     const std::vector<Episode> eps = run_mode(rt, m, qs, tools, concurrency, max_rounds, &wall, out);
@@ -327,6 +347,12 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
     md << row;
     out << row;
     if (!discordant.empty()) out << "  discordant (- right in full only, + right here only): " << discordant << "\n";
+    if (m.mode != SharingMode::kFull) {
+      std::string where;
+      for (const auto& [role, count] : first_divergence(full, eps)) where += " " + role + " " + std::to_string(count);
+      divergence << "- " << set << " " << m.name() << ": first turn that differs from full:" << where << "\n";
+      out << "  first turn that differs from full:" << where << "\n";
+    }
   }
   // Full against the Python runner, question by question.
   int64_t compared = 0, identical = 0;
@@ -355,7 +381,7 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
                 static_cast<long long>(identical), static_cast<long long>(compared));
   out << line << differences.str();
   std::ofstream summary(out_dir + "/episodes_summary_" + set + ".md");
-  summary << md.str() << "\n" << line << differences.str();
+  summary << md.str() << "\n" << divergence.str() << "\n" << line << differences.str();
   out << "wrote " << csv_path << " and " << out_dir << "/episodes_summary_" << set << ".md\n";
   return 0;
 }

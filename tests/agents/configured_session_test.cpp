@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lorakv/agents/config/load_session_config.h"
 #include "lorakv/agents/configured_session.h"
@@ -14,11 +16,23 @@
 namespace lorakv::agents {
 namespace {
 
+config::SessionConfig example(const std::string& file) {
+  return config::load_session_config(lorakv::testing::test_setting("LORAKV_SOURCE_DIR") + "/configs/" + file);
+}
+
 config::SessionConfig react_config(const std::string& mode) {
-  config::SessionConfig c =
-      config::load_session_config(lorakv::testing::test_setting("LORAKV_SOURCE_DIR") + "/configs/react_qa.yaml");
+  config::SessionConfig c = example("react_qa.yaml");
   c.cache.mode = mode;
   return c;
+}
+
+// The agents' turns of a run, by name, in order.
+std::vector<std::string> agent_turns(const WorkflowResult& r) {
+  std::vector<std::string> names;
+  for (const WorkflowTurn& t : r.turns) {
+    if (t.kind == WorkflowTurn::Kind::kAgent) names.push_back(t.role);
+  }
+  return names;
 }
 
 // The Python runner's transcript of test-00094 (qv_shared_a, greedy).
@@ -47,6 +61,29 @@ TEST(ConfiguredSession, ReactExampleRunsInEveryMode) {
       EXPECT_EQ(run.react->verdict, "right");
     }
     session->close();
+  }
+}
+
+// The pipeline and round-robin examples, each turn capped at 4 tokens: the tasks' agents in
+// order (pipeline), the agents in order each round (round robin), every turn appended.
+TEST(ConfiguredSession, PipelineAndRoundRobinExamplesRunCapped) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
+      {"pipeline.yaml", {"researcher", "writer", "editor"}},
+      {"chat_round_robin.yaml", {"optimist", "skeptic", "optimist", "skeptic"}}};
+  for (const auto& [file, turns] : expected) {
+    SCOPED_TRACE(file);
+    config::SessionConfig c = example(file);
+    for (config::AgentSection& a : c.agents) a.max_tokens = 4;
+    Runtime rt(runtime_options(c));
+    auto session = open_configured_session(rt, c);
+    const ConfiguredRun run = run_configured_workflow(*session, c, configured_tools(c), "");
+    EXPECT_EQ(agent_turns(run.result), turns);
+    EXPECT_TRUE(run.result.stopped_by.empty()) << run.result.stopped_by;
+    for (const WorkflowTurn& t : run.result.turns) {
+      if (t.kind == WorkflowTurn::Kind::kAgent) {
+        EXPECT_TRUE(t.reply.appended) << t.role;
+      }
+    }
   }
 }
 
