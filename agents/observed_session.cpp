@@ -79,4 +79,15 @@ std::string transcript(const WorkflowResult& result) {
   return out;
 }
 
+std::vector<std::string> transcript_turns(const std::string& transcript) {
+  std::vector<std::string> turns;
+  size_t start = 0;
+  for (size_t at = transcript.find(" | "); at != std::string::npos; at = transcript.find(" | ", start)) {
+    turns.push_back(transcript.substr(start, at - start));
+    start = at + 3;
+  }
+  turns.push_back(transcript.substr(start));
+  return turns;
+}
+
 }  // namespace lorakv::agents

@@ -55,5 +55,7 @@ struct WorkflowResult {
 // The agents' and tools' turns as run_episodes.py's transcript column writes them:
 // "[planner] Thought: ... | [actor] Lookup[X] | [tool] X: ..." (prompt turns left out).
 std::string transcript(const WorkflowResult& result);
+// A transcript split back into its turns ("[planner] Thought: ...", "[actor] Lookup[X]", ...).
+std::vector<std::string> transcript_turns(const std::string& transcript);
 
 }  // namespace lorakv::agents

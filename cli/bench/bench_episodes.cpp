@@ -20,6 +20,7 @@
 #include "lorakv/agents/builtin_tools.h"
 #include "lorakv/agents/runtime.h"
 #include "lorakv/agents/workflow_react.h"
+#include "lorakv/agents/workflow_types.h"
 #include "lorakv/cli/bench/episode_stats.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
@@ -229,18 +230,6 @@ std::vector<Episode> run_mode(agents::Runtime& rt, const ModeSpec& m, const std:
   return episodes;
 }
 
-// A transcript's turns ("[role] text | [role] text").
-std::vector<std::string> split_turns(const std::string& transcript) {
-  std::vector<std::string> out;
-  size_t from = 0;
-  for (size_t at = transcript.find(" | "); at != std::string::npos; at = transcript.find(" | ", from)) {
-    out.push_back(transcript.substr(from, at - from));
-    from = at + 3;
-  }
-  out.push_back(transcript.substr(from));
-  return out;
-}
-
 // The role of a transcript turn ("[actor] Lookup[X]" -> "actor").
 std::string turn_role(const std::string& turn) {
   const size_t end = turn.find(']');
@@ -252,7 +241,8 @@ std::string turn_role(const std::string& turn) {
 std::map<std::string, int64_t> first_divergence(const std::vector<Episode>& full, const std::vector<Episode>& mode) {
   std::map<std::string, int64_t> counts;
   for (size_t i = 0; i < full.size() && i < mode.size(); ++i) {
-    const std::vector<std::string> a = split_turns(full[i].transcript), b = split_turns(mode[i].transcript);
+    const std::vector<std::string> a = agents::transcript_turns(full[i].transcript);
+    const std::vector<std::string> b = agents::transcript_turns(mode[i].transcript);
     size_t k = 0;
     while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
     ++counts[k == a.size() && k == b.size() ? "none" : k < b.size() ? turn_role(b[k]) : "ended"];
@@ -365,7 +355,8 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
       ++identical;
       continue;
     }
-    const std::vector<std::string> theirs = split_turns(ref->second), ours = split_turns(full[i].transcript);
+    const std::vector<std::string> theirs = agents::transcript_turns(ref->second);
+    const std::vector<std::string> ours = agents::transcript_turns(full[i].transcript);
     size_t k = 0;
     while (k < theirs.size() && k < ours.size() && theirs[k] == ours[k]) ++k;
     differences << "  " << qs[i].id << ": first difference at turn " << k;

@@ -20,8 +20,8 @@ namespace {
 using runtime::SharingMode;
 using runtime::SharedWriter;
 
-const char* kSystem = "Answer with tools: Lookup[name], Calculate[a - b], Finish[answer].";
-const char* kQuestion = "How old was Dok Gramein in 1940?";
+using testing::kQuestion;
+using testing::kSystem;
 
 // Every session reserves 64 trajectory tokens (4 blocks of 16) and 16 reply tokens per agent
 // (1 block). With three agents: `full` reserves 3 * 4 + 3 = 15 base blocks per lane,

@@ -23,8 +23,8 @@ namespace {
 using runtime::SharingMode;
 using runtime::SharedWriter;
 
-const char* kSystem = "Answer with tools: Lookup[name], Calculate[a - b], Finish[answer].";
-const char* kQuestion = "How old was Dok Gramein in 1940?";
+using testing::kQuestion;
+using testing::kSystem;
 
 class Sessions : public ::testing::Test {
  protected:

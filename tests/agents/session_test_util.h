@@ -13,6 +13,10 @@
 
 namespace lorakv::agents::testing {
 
+// The agentic QA task's system turn and a held-out question (tools/agentic_qa/README.md).
+inline constexpr const char* kSystem = "Answer with tools: Lookup[name], Calculate[a - b], Finish[answer].";
+inline constexpr const char* kQuestion = "How old was Dok Gramein in 1940?";
+
 inline std::string role_adapter_path(const std::string& set, const std::string& role) {
   return lorakv::testing::test_setting("LORAKV_SOURCE_DIR") + "/assets/role_adapters/" + set + "/" + role;
 }

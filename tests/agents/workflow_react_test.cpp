@@ -87,23 +87,11 @@ ReactSpec python_runner_spec() {
   return spec;
 }
 
-// The transcript split at " | " into its turns.
-std::vector<std::string> turns_of(const std::string& transcript) {
-  std::vector<std::string> turns;
-  size_t start = 0;
-  for (size_t at = transcript.find(" | "); at != std::string::npos; at = transcript.find(" | ", start)) {
-    turns.push_back(transcript.substr(start, at - start));
-    start = at + 3;
-  }
-  turns.push_back(transcript.substr(start));
-  return turns;
-}
-
 // Equal turn for turn, or a near tie (docs/testing.md): the first differing turn is an
 // agent's whose smallest top-2 margin is under kBatchMargin (the Python's own margins are
 // not recorded; ours bound where float32 could order two candidates either way).
 void expect_same_transcript(const ReactResult& ours, const std::string& python, const std::string& id) {
-  const std::vector<std::string> a = turns_of(transcript(ours)), b = turns_of(python);
+  const std::vector<std::string> a = transcript_turns(transcript(ours)), b = transcript_turns(python);
   size_t d = 0;
   while (d < a.size() && d < b.size() && a[d] == b[d]) ++d;
   if (d == a.size() && d == b.size()) return;
@@ -155,7 +143,7 @@ TEST(WorkflowReact, StopsAtMaxSteps) {
   spec.max_steps = 2;
   auto session = testing::qv_role_session();
   const ReactResult r = run_react(*session, spec, row.at("question"), task_tools());
-  const std::vector<std::string> python = turns_of(row.at("transcript"));
+  const std::vector<std::string> python = transcript_turns(row.at("transcript"));
   std::string first_two_rounds = python[0];
   for (size_t i = 1; i < 6; ++i) first_two_rounds += " | " + python[i];
   EXPECT_EQ(transcript(r), first_two_rounds);
