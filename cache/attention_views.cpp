@@ -124,7 +124,9 @@ BaseLayerView BaseLayerView::of(const PagedKvCache& cache, SeqId seq, int64_t la
   for (int64_t g = 0; g < l.num_groups(); ++g) {
     const BaseLane& lane = s.lanes.at(static_cast<size_t>(l.lane(layer, g)));
     const int64_t rows = rows_below(lane, position_limit);
-    out->lanes.push_back(add_lane(*out, lane.table, rows, last_position(lane, rows)));
+    kernels::LaneRows rows_view = add_lane(*out, lane.table, rows, last_position(lane, rows));
+    rows_view.live = lane.live.empty() ? nullptr : lane.live.data();  // the manager's mask: valid until it changes
+    out->lanes.push_back(rows_view);
   }
   point_lanes_at_tables(*out);
   return BaseLayerView(std::move(out), l.heads_per_group);

@@ -189,6 +189,7 @@ std::optional<AppendSlots> CacheManager::append(SeqId seq, const AppendRequest& 
       slots.token_offsets.push_back(i);
       lane.positions.push_back(static_cast<int32_t>(out.first_position + i));
     }
+    lane.extend_row_state();
     out.base.push_back(std::move(slots));
   }
   s.tokens.insert(s.tokens.end(), request.tokens.begin(), request.tokens.end());
@@ -280,7 +281,8 @@ int64_t CacheManager::host_metadata_bytes() const {
                                   s.base_chain.capacity() * sizeof(EntryId));
     for (const BaseLane& lane : s.lanes) {
       bytes += static_cast<int64_t>(sizeof(lane) + lane.table.blocks.capacity() * sizeof(BlockId) +
-                                    lane.positions.capacity() * sizeof(int32_t));
+                                    lane.positions.capacity() * sizeof(int32_t) + lane.live.capacity() +
+                                    lane.scores.capacity() * sizeof(float));
     }
     for (const ResidualStream& r : s.residuals) {
       bytes += static_cast<int64_t>(sizeof(r) + r.writers.capacity() * sizeof(AdapterIdentity));

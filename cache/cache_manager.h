@@ -75,6 +75,21 @@ struct BlockTable {
 struct BaseLane {
   BlockTable table;
   std::vector<int32_t> positions;  // per row, ascending; mirrors BlockPool's position rows
+  // Per row: 0 once the row was evicted from this sequence's view while its block stays
+  // (the block's other rows are kept, or it is shared). The kernel masks such rows
+  // (kernels::LaneRows::live). Empty: every row is live.
+  std::vector<uint8_t> live;
+  int64_t num_evicted = 0;  // rows with live == 0
+  // Per row, when a scoring policy accumulates attention mass (H2O): the mass the row has
+  // received so far from every reader. Empty: none recorded. Moves with its row.
+  std::vector<float> scores;
+  int64_t num_live() const { return table.num_rows - num_evicted; }
+  // Grows live and scores (when kept) with the rows appended to the table.
+  void extend_row_state() {
+    if (!live.empty()) live.resize(static_cast<size_t>(table.num_rows), 1);
+    if (!scores.empty()) scores.resize(static_cast<size_t>(table.num_rows), 0.f);
+  }
+  bool is_live(int64_t row) const { return live.empty() || live[static_cast<size_t>(row)] != 0; }
 };
 
 struct ResidualStream {
@@ -152,6 +167,13 @@ struct AppendSlots {
   std::vector<std::vector<LaneSlots>> residual;  // per request residual, per lane (its layer's pool)
 };
 
+// What one eviction did, summed over the sequence's lanes.
+struct EvictionOutcome {
+  int64_t rows_evicted = 0;      // base rows that left the view
+  int64_t rows_masked = 0;       // evicted rows still in a block a lane keeps (earlier ones too)
+  std::vector<int64_t> blocks_dropped;  // per pool: references dropped (freed when the last)
+};
+
 struct PrefixMatch {
   std::vector<EntryId> entries;  // one per matched block
   int64_t num_tokens = 0;
@@ -211,6 +233,23 @@ class CacheManager {
   Capacity can_compact(SeqId seq, const KeepSets& keep) const;
   std::optional<StorageOps> compact(SeqId seq, const KeepSets& keep);
 
+  // Eviction without moving a row (docs/cache_layout.md, "Eviction"): every live row of a
+  // lane not in its keep set leaves the sequence's view. A block none of whose rows stay is
+  // dropped from the lane's table, with the block of the same index in every residual
+  // stream's lane (residual rows leave with their base rows), and its reference goes; a
+  // block keeps its other rows and the left ones are masked (BaseLane::live). Nothing is
+  // copied and no block is taken, so it cannot fail for capacity. Index entries of blocks
+  // that lose a row go (with their dependents); blocks before the first such block stay
+  // indexed and in the sequence's chains (a reader joining later adopts their residual
+  // rows), and the sequence indexes nothing more (rows written later were computed over
+  // the evicted history). keep: per lane, strictly ascending live rows. Not inside a
+  // transaction.
+  EvictionOutcome evict(SeqId seq, const KeepSets& keep);
+  // Per lane, the live rows (ascending row indices).
+  std::vector<int64_t> live_rows(SeqId seq, int64_t lane) const;
+  // Adds mass[i] to the score of row i of the lane, i < rows (rows from the first).
+  void add_scores(SeqId seq, int64_t lane, const float* mass, int64_t rows);
+
   // Drops every reference the sequence holds; blocks reaching zero return to their pool.
   // Not inside a transaction.
   void release(SeqId seq);
@@ -247,6 +286,11 @@ class CacheManager {
   void unindex(BlockRef block);
   void compact_table(int32_t pool, BlockTable& table, const std::vector<int64_t>& keep, uint32_t tag,
                      StorageOps& ops, std::vector<BlockRef>& to_release);
+  // Drops block `block` of one base lane and of every residual lane beside it.
+  void drop_lane_block(SequenceState& s, int64_t lane, int64_t block, EvictionOutcome& out);
+  // Ends the sequence's chains before `first_block` (unindexing those entries) and stops
+  // indexing it.
+  void cut_chains(SequenceState& s, int64_t first_block);
   // Entries it adds to the index go to `inserted` (reserved by the caller) when given.
   void register_full_blocks(SequenceState& s, std::vector<EntryId>* inserted = nullptr);
   // Saves `seq`'s state (nullopt: it does not exist yet) the first time the innermost open

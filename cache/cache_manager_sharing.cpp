@@ -193,6 +193,7 @@ std::optional<StorageOps> CacheManager::adopt_suffix(SeqId seq, SeqId suffix) {
     }
     const std::vector<int32_t>& positions = x.lanes[lane].positions;
     s.lanes[lane].positions.insert(s.lanes[lane].positions.end(), positions.begin(), positions.end());
+    s.lanes[lane].extend_row_state();
   }
   s.tokens.insert(s.tokens.end(), x.tokens.begin(), x.tokens.end());
   s.writers.insert(s.writers.end(), x.writers.begin(), x.writers.end());
@@ -269,6 +270,18 @@ std::optional<StorageOps> CacheManager::compact(SeqId seq, const KeepSets& keep)
   if (!can_compact(seq, keep).ok) return std::nullopt;
   LORAKV_ASSERT(journal_.empty(), "compaction inside a transaction (released blocks could not come back on rollback)");
   SequenceState& s = state(seq);
+  // The chains end before the first block that changes: blocks before it keep every row
+  // and stay indexed (a reader joining later adopts their residual rows).
+  int64_t first_changed = -1;
+  for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+    const std::vector<int64_t>& k = keep[static_cast<size_t>(lane)];
+    int64_t j = 0;
+    while (j < static_cast<int64_t>(k.size()) && k[static_cast<size_t>(j)] == j) ++j;
+    if (j == s.lanes[static_cast<size_t>(lane)].table.num_rows) continue;  // keeps everything
+    const int64_t block = j / layout().block_size;
+    first_changed = first_changed < 0 ? block : std::min(first_changed, block);
+  }
+  if (first_changed >= 0) cut_chains(s, first_changed);
   StorageOps ops;
   std::vector<BlockRef> to_release;
   const uint32_t base_tag = tag_for(s.base_key.adapter);
@@ -286,16 +299,21 @@ std::optional<StorageOps> CacheManager::compact(SeqId seq, const KeepSets& keep)
     }
     compact_table(0, base.table, k, base_tag, ops, to_release);
     std::vector<int32_t> positions;
+    std::vector<uint8_t> live;
+    std::vector<float> scores;
     positions.reserve(k.size());
-    for (int64_t row : k) positions.push_back(base.positions[static_cast<size_t>(row)]);
+    for (int64_t row : k) {
+      positions.push_back(base.positions[static_cast<size_t>(row)]);
+      if (!base.live.empty()) live.push_back(base.live[static_cast<size_t>(row)]);
+      if (!base.scores.empty()) scores.push_back(base.scores[static_cast<size_t>(row)]);
+    }
     base.positions = std::move(positions);
+    base.num_evicted = static_cast<int64_t>(std::count(live.begin(), live.end(), uint8_t{0}));
+    base.live = base.num_evicted > 0 ? std::move(live) : std::vector<uint8_t>{};
+    base.scores = std::move(scores);
   }
   for (BlockRef b : to_release) release_block(b.pool, b.block);
-  if (!changed) return ops;
-  // Rows written from now on depend on the compacted history, not on the token prefix.
-  s.indexable = false;
-  s.base_chain.clear();
-  for (ResidualStream& r : s.residuals) r.chain.clear();
+  LORAKV_ASSERT(changed == (first_changed >= 0), "compaction: changed lanes disagree");
   return ops;
 }
 

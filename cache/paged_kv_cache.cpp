@@ -178,9 +178,25 @@ bool PagedKvCache::compact(SeqId seq, const KeepSets& keep) {
   return true;
 }
 
+EvictionOutcome PagedKvCache::evict(SeqId seq, const KeepSets& keep) { return manager_.evict(seq, keep); }
+
+namespace {
+// The slots of a lane's rows (or of rows parallel to them) that are still live.
+std::vector<int64_t> live_only(const BaseLane& lane, std::vector<int64_t> slots) {
+  if (lane.live.empty()) return slots;
+  size_t kept = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (lane.live[i]) slots[kept++] = slots[i];
+  }
+  slots.resize(kept);
+  return slots;
+}
+}  // namespace
+
 GatheredRows PagedKvCache::gather_lane(SeqId seq, int64_t layer, int64_t group) const {
   check_lane(layout(), layer, group, "gather_lane");
-  const at::Tensor slots = long_tensor(manager_.base_slots(seq, layout().lane(layer, group)));
+  const BaseLane& lane = manager_.sequence(seq).lanes.at(static_cast<size_t>(layout().lane(layer, group)));
+  const at::Tensor slots = long_tensor(live_only(lane, manager_.base_slots(seq, layout().lane(layer, group))));
   // [N, hpg, D] -> [hpg, N, D]
   return {pools_[0].gather_a(slots).transpose(0, 1).contiguous(), pools_[0].gather_b(slots).transpose(0, 1).contiguous(),
           pools_[0].gather_positions(slots)};
@@ -208,8 +224,12 @@ GatheredResidual PagedKvCache::gather_residual(SeqId seq, const ContentKey& stre
   const ResidualStream& r = manager_.residual(seq, stream);
   const int32_t pool = r.pools.at(static_cast<size_t>(layer));
   LORAKV_CHECK(pool > 0, InvalidArgumentError, "gather_residual: the stream has no rows at layer " << layer);
-  const at::Tensor slots = long_tensor(manager_.residual_slots(seq, stream, lane));
-  const at::Tensor base_slots = long_tensor(manager_.base_slots(seq, lane)).narrow(0, 0, slots.numel());
+  const BaseLane& base = manager_.sequence(seq).lanes.at(static_cast<size_t>(lane));
+  const std::vector<int64_t> rows = manager_.residual_slots(seq, stream, lane);
+  std::vector<int64_t> base_rows = manager_.base_slots(seq, lane);
+  base_rows.resize(rows.size());
+  const at::Tensor slots = long_tensor(live_only(base, rows));
+  const at::Tensor base_slots = long_tensor(live_only(base, base_rows));
   return {pools_[static_cast<size_t>(pool)].gather_a(slots), pools_[0].gather_positions(base_slots)};
 }
 

@@ -127,6 +127,14 @@ class PagedKvCache {
   Capacity can_compact(SeqId seq, const KeepSets& keep) const { return manager_.can_compact(seq, keep); }
   bool compact(SeqId seq, const KeepSets& keep);
 
+  // Evicting whole blocks releases their references (a block is freed when no sequence
+  // holds it); rows in blocks that stay are masked. No row moves and nothing is copied.
+  EvictionOutcome evict(SeqId seq, const KeepSets& keep);
+  // CacheManager::add_scores: attention mass for a scoring policy.
+  void add_scores(SeqId seq, int64_t lane, const float* mass, int64_t rows) { manager_.add_scores(seq, lane, mass, rows); }
+
+  // The gathers return live rows only (evicted rows that are masked are left out), as the
+  // kernel sees them.
   GatheredRows gather_lane(SeqId seq, int64_t layer, int64_t group) const;
   // All KV heads of a layer; requires every head group to hold the same positions.
   GatheredRows gather_layer(SeqId seq, int64_t layer) const;

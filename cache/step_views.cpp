@@ -24,13 +24,14 @@ int64_t last_position(const BaseLane& lane, int64_t rows) {
 
 StepViews::StepViews(const PagedKvCache& cache) : cache_(cache), base_storage_(detail::base_storage(cache)) {}
 
-void StepViews::add_lane(const BlockTable& table, int64_t rows, int64_t max_rope_position) {
+void StepViews::add_lane(const BlockTable& table, int64_t rows, int64_t max_rope_position, const uint8_t* live) {
   lane_first_id_.push_back(block_ids_.size());
   const int64_t blocks = cache_.layout().blocks_for(rows);  // only the blocks the rows use
   for (int64_t b = 0; b < blocks; ++b) block_ids_.push_back(static_cast<int32_t>(table.blocks[static_cast<size_t>(b)].value()));
   kernels::LaneRows lane;  // blocks set by finish(), once block_ids_ stops growing
   lane.num_rows = rows;
   lane.max_rope_position = max_rope_position;
+  lane.live = live;
   lanes_.push_back(lane);
 }
 
@@ -44,7 +45,7 @@ int64_t StepViews::add_base(SeqId seq, int64_t position_limit) {
   bases_.push_back({seq, position_limit, lanes_.size()});
   for (const BaseLane& lane : s.lanes) {
     const int64_t rows = rows_below(lane, position_limit);
-    add_lane(lane.table, rows, last_position(lane, rows));
+    add_lane(lane.table, rows, last_position(lane, rows), lane.live.empty() ? nullptr : lane.live.data());
   }
   return static_cast<int64_t>(bases_.size() - 1);
 }

@@ -56,7 +56,7 @@ class StepViews {
     std::vector<int64_t> ranks;  // per layer
     std::vector<int32_t> pools;  // per layer; -1 at rank 0
   };
-  void add_lane(const BlockTable& table, int64_t rows, int64_t max_rope_position);
+  void add_lane(const BlockTable& table, int64_t rows, int64_t max_rope_position, const uint8_t* live = nullptr);
 
   const PagedKvCache& cache_;
   kernels::PagedStorage base_storage_;

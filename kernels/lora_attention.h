@@ -75,6 +75,11 @@ struct LaneRows {
   // stored before RoPE, K-LoRA): the kernel checks it against the RoPE table instead of
   // reading every row's position from storage. -1: not given.
   int64_t max_rope_position = -1;
+  // Optional, uint8 [num_rows]: 0 for a row evicted from this reader's view while its block
+  // stays (other rows of the block are kept, or another context shares it). Such a row is
+  // masked like a future token: it gets no score, no probability and no mass. Null: every
+  // row is visible.
+  const uint8_t* live = nullptr;
 };
 
 // The rows of every KV head of one layer: lanes[l] holds KV heads

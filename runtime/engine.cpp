@@ -202,6 +202,7 @@ ContextId Engine::create_context(ContextOptions options,
   const ContextId id(state_->next_context);
   ContextState c;
   c.options = options;
+  c.policy = cache::eviction::make_policy(options.eviction);  // ConfigError naming the key
   state_->contexts.emplace(id.value(), std::move(c));
   ++state_->next_context;
   try {

@@ -114,6 +114,13 @@ struct StepStats {
   // building the kernel's views and arguments from the block tables, and the fused kernel
   // itself (its argument checks included).
   double write_seconds = 0, views_seconds = 0, kernel_seconds = 0;
+  // Eviction after the step (contexts with a policy): rows that left the views, blocks
+  // whose reference went (per pool), rows packed by defragmentation, and the host time of
+  // choosing, evicting and packing. The kernel's second pass for attention mass (scoring
+  // policies) is inside kernel_seconds.
+  int64_t rows_evicted = 0, rows_packed = 0;
+  std::vector<int64_t> blocks_dropped;
+  double evict_seconds = 0;
 };
 
 struct StepResult {
@@ -265,6 +272,8 @@ class Engine {
 
  private:
   void validate_work(const std::vector<StepWork>& work) const;
+  // After a step: every context over its budget evicted down to it (engine_eviction.cpp).
+  void evict_over_budget(StepStats& stats);
   SeqId adoption_target(const ContextState& c, const ReaderState& r) const;
 
   const LlamaModel& model_;

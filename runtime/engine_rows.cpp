@@ -18,7 +18,9 @@ namespace {
 SequenceRows export_sequence(const cache::PagedKvCache& cache, SeqId seq) {
   const cache::SequenceState& st = cache.manager().sequence(seq);
   if (!st.indexable || st.first_position != 0) {
-    throw ConfigError("a compacted context cannot be exported", {"", "sequence " + std::to_string(seq.value())});
+    throw ConfigError("a context whose rows were evicted or compacted cannot be exported",
+                      {"", "sequence " + std::to_string(seq.value()), "", "",
+                       "save the context before its first eviction, or run it without an eviction policy"});
   }
   SequenceRows rows;
   rows.key = st.base_key;
@@ -143,6 +145,11 @@ void import_sequence(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& 
 
 ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>& readers) const {
   const ContextState& c = state_->context(context);
+  if (c.options.eviction.enabled()) {
+    throw ConfigError("a context with an eviction policy cannot be exported yet",
+                      {"", "context " + std::to_string(context.value()) + " eviction.policy", "none",
+                       c.options.eviction.policy, ""});
+  }
   ContextRows out;
   out.options = c.options;
   out.tokens = c.tokens;

@@ -45,6 +45,10 @@ struct ContextState {
   std::vector<ReaderState> readers;
   // base_lr_shared: the context's streams (v, k), filled by whoever writes the shared rows.
   std::vector<ReaderStream> group_streams;
+  // options.eviction's policy; null for none. Shared with forks (policies are immutable).
+  std::shared_ptr<const cache::eviction::EvictionPolicy> policy;
+  // The sequences eviction keeps within the budget: shared_seq, or the readers' own_seq.
+  std::vector<SeqId> evictable_seqs() const;
 };
 
 struct Engine::State {

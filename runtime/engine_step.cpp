@@ -433,6 +433,8 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
     r.private_tokens.insert(r.private_tokens.end(), it.tokens.begin(), it.tokens.end());  // reserved: no allocation
   }
   result.stats.commit_seconds = commit_watch.seconds();
+  // The step stands; eviction is a change of its own (a failure there leaves the step's rows).
+  evict_over_budget(result.stats);
   return result;
 }
 

@@ -25,8 +25,9 @@ kernels::ElementType element_type(const at::Tensor& t) {
 class PagedAttention final : public AttentionBackend {
  public:
   PagedAttention(cache::PagedKvCache& cache, const ModelConfig& c, std::vector<Item>& items, const at::Tensor& cos,
-                 const at::Tensor& sin, double scale, StepStats& stats)
-      : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale), stats_(stats), views_(cache) {
+                 const at::Tensor& sin, double scale, StepStats& stats, std::vector<SeqId> scored)
+      : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale), stats_(stats), views_(cache),
+        scored_(std::move(scored)) {
     const log::Stopwatch watch;
     plan_step();
     stats_.views_seconds += watch.seconds();
@@ -42,6 +43,7 @@ class PagedAttention final : public AttentionBackend {
     const log::Stopwatch kernel_watch;
     kernels::lora_attention(params_);
     stats_.kernel_seconds += kernel_watch.seconds();
+    if (mass_) add_scores(in.layer);
   }
 
  private:
@@ -86,6 +88,61 @@ class PagedAttention final : public AttentionBackend {
     params_.num_bases = static_cast<int64_t>(bases_.size());
     params_.agents = agents_.data();
     params_.num_agents = static_cast<int64_t>(agents_.size());
+    plan_mass();
+  }
+
+  // With a scored read in the step, the kernel returns attention mass; it then needs an
+  // output for every base and every agent's private rows, sized for the longest lane.
+  void plan_mass() {
+    for (size_t b = 0; b < bases_.size(); ++b) {
+      const SeqId seq = items_[order_[static_cast<size_t>(bases_[b].first_agent)]].read_seq;
+      mass_ = mass_ || std::find(scored_.begin(), scored_.end(), seq) != scored_.end();
+    }
+    if (!mass_) return;
+    params_.mass = kernels::AttentionMass::kSumOverAgents;
+    auto longest = [&](int64_t read) {
+      int64_t rows = 0;
+      for (int64_t layer = 0; layer < c_.num_layers; ++layer) {
+        const kernels::PagedRows r = views_.base_rows(read, layer);
+        for (int64_t l = 0; l < c_.num_kv_heads / r.heads_per_lane; ++l) rows = std::max(rows, r.lanes[l].num_rows);
+      }
+      return std::max<int64_t>(rows, 1);
+    };
+    base_mass_stride_.resize(bases_.size());
+    base_mass_.resize(bases_.size());
+    for (size_t b = 0; b < bases_.size(); ++b) {
+      base_mass_stride_[b] = longest(base_reads_[b]);
+      base_mass_[b].assign(static_cast<size_t>(c_.num_kv_heads * base_mass_stride_[b]), 0.f);
+    }
+    private_mass_stride_.assign(items_.size(), 0);
+    private_mass_.resize(items_.size());
+    for (size_t pos = 0; pos < order_.size(); ++pos) {
+      const ItemReads& r = reads_[order_[pos]];
+      if (r.private_rows < 0) continue;
+      private_mass_stride_[pos] = longest(r.private_rows);
+      private_mass_[pos].assign(static_cast<size_t>(c_.num_kv_heads * private_mass_stride_[pos]), 0.f);
+    }
+  }
+
+  // The layer's mass of each scored base, summed over the KV heads of each lane, onto the
+  // rows' scores.
+  void add_scores(int64_t layer) {
+    const cache::CacheLayout& l = cache_.layout();
+    for (size_t b = 0; b < bases_.size(); ++b) {
+      const SeqId seq = items_[order_[static_cast<size_t>(bases_[b].first_agent)]].read_seq;
+      if (std::find(scored_.begin(), scored_.end(), seq) == scored_.end()) continue;
+      const kernels::PagedRows rows = bases_[b].rows;
+      for (int64_t g = 0; g < l.num_groups(); ++g) {
+        const int64_t n = rows.lanes ? rows.lanes[g].num_rows : 0;
+        if (n == 0) continue;
+        lane_mass_.assign(static_cast<size_t>(n), 0.f);
+        for (int64_t h = g * l.heads_per_group; h < (g + 1) * l.heads_per_group; ++h) {
+          const float* m = base_mass_[b].data() + h * base_mass_stride_[b];
+          for (int64_t r = 0; r < n; ++r) lane_mass_[static_cast<size_t>(r)] += m[r];
+        }
+        cache_.add_scores(seq, l.lane(layer, g), lane_mass_.data(), n);
+      }
+    }
   }
 
   void write_rows(const LayerAttentionInput& in, const StepPlan& plan) {
@@ -139,6 +196,16 @@ class PagedAttention final : public AttentionBackend {
         }
       }
       if (r.private_rows >= 0) a.private_rows = views_.base_rows(r.private_rows, layer);
+      if (mass_ && r.private_rows >= 0) {
+        a.private_mass = private_mass_[pos].data();
+        a.private_mass_head_stride = private_mass_stride_[pos];
+      }
+    }
+    for (size_t b = 0; mass_ && b < bases_.size(); ++b) {
+      std::fill(base_mass_[b].begin(), base_mass_[b].end(), 0.f);  // rows no query sees stay 0
+      bases_[b].mass = base_mass_[b].data();
+      bases_[b].mass_head_stride = base_mass_stride_[b];
+      bases_[b].mass_agent_stride = 0;
     }
     params_.rope_cos = needs_rope ? cos_.data_ptr<float>() : nullptr;
     params_.rope_sin = needs_rope ? sin_.data_ptr<float>() : nullptr;
@@ -160,6 +227,13 @@ class PagedAttention final : public AttentionBackend {
   std::vector<int64_t> base_reads_;           // per base: its StepViews read
   std::vector<kernels::AgentAttention> agents_;  // per item in `order_`, refilled per layer
   kernels::LoraAttentionParams params_;
+  std::vector<SeqId> scored_;                   // sequences whose rows a scoring policy governs
+  bool mass_ = false;                           // the kernel returns mass this step
+  std::vector<std::vector<float>> base_mass_;   // per base: float32 [num_kv_heads, stride]
+  std::vector<int64_t> base_mass_stride_;
+  std::vector<std::vector<float>> private_mass_;  // per agent in `order_` (unused: never evicted)
+  std::vector<int64_t> private_mass_stride_;
+  std::vector<float> lane_mass_;                // scratch: one lane's mass
 };
 
 }  // namespace
@@ -184,7 +258,13 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
     while (rows < max_end) rows *= 2;
     std::tie(st.rope_cos, st.rope_sin) = model.rope_half_tables(rows);
   }
-  PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale(), result.stats);
+  std::vector<SeqId> scored;
+  for (const auto& [id, c] : st.contexts) {
+    if (!c.policy || !c.policy->needs_scores()) continue;
+    for (SeqId seq : c.evictable_seqs()) scored.push_back(seq);
+  }
+  PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale(), result.stats,
+                         std::move(scored));
   // Logits rows: every token of the items that asked for them, the last of the others.
   const at::Tensor logits = model.forward(batch, backend);
 

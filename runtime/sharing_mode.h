@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "lorakv/adapters/adapter.h"
+#include "lorakv/cache/eviction/eviction_policy.h"
 
 namespace lorakv::runtime {
 
@@ -36,6 +37,10 @@ bool mode_keeps_residuals(SharingMode mode);
 struct ContextOptions {
   SharingMode mode = SharingMode::kFull;
   SharedWriter writer = SharedWriter::kFirst;
+  // The context's token budget and the policy that keeps it (docs/eviction.md): after every
+  // step, each sequence of shared rows (each reader's own rows in `full`) that holds more
+  // live rows per lane than the budget is evicted down to it. Private rows are never evicted.
+  cache::eviction::EvictionConfig eviction;
 };
 
 // Throws ConfigError when `mode` cannot serve `adapter` next to the context's other readers

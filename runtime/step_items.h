@@ -49,6 +49,8 @@ struct Item {
 
 // Runs the admitted items as one forward pass (layer by layer through the fused kernel on
 // the paged cache) and fills their outputs and the step's host times in `result`.
+// The kernel also returns each shared row's attention mass, summed over readers, and adds
+// it to the row's score, for every read of a sequence a scoring policy governs.
 void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
                StepResult& result);
 

@@ -25,6 +25,7 @@ struct FusedAttention {
   using O = Ops<V>;
   static constexpr int64_t T = kTileKeys;
   static constexpr int64_t kScoreRows = 4;  // query rows per score block
+  static constexpr int32_t kHiddenPosition = INT32_MAX;  // above every query: masked
 
   struct Scratch {
     float* k_conv;    // [T][dim] base keys as float32 (bfloat16 storage)
@@ -126,8 +127,10 @@ struct FusedAttention {
       const int64_t i = row0 + j;
       const int64_t block = it.lane.blocks[i / bs], r = i % bs, slot = block * bs + r;
       const int64_t off = block * st.block_stride + r * st.row_stride + it.head_in_lane * st.head_stride;
-      t.pos[j] = st.positions[slot];
-      t.rope[j] = st.rope_positions ? st.rope_positions[slot] : t.pos[j];
+      const int32_t stored = st.positions[slot];
+      // An evicted row takes a position no query reaches, so the causal mask hides it.
+      t.pos[j] = it.lane.live && !it.lane.live[i] ? kHiddenPosition : stored;
+      t.rope[j] = st.rope_positions ? st.rope_positions[slot] : stored;
       lo = j == 0 || t.pos[j] < lo ? t.pos[j] : lo;
       hi = j == 0 || t.pos[j] > hi ? t.pos[j] : hi;
       if (f32) {

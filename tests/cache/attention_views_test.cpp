@@ -83,6 +83,31 @@ TEST(AttentionViews, CompactedLanesMatchReference) {
   }
 }
 
+TEST(AttentionViews, EvictedRowsAreMaskedAsIfGone) {
+  for (int64_t hpg : {int64_t{1}, kAllHeads}) {
+    SCOPED_TRACE("heads_per_group " + std::to_string(hpg));
+    at::manual_seed(8);
+    const StorageDtype dtype = StorageDtype::kFloat32;
+    PagedKvCache cache = filled_cache(hpg, dtype, 19);
+    // Each lane keeps its own random ~half of the rows: some blocks go whole, the rest of
+    // the left rows stay masked in their blocks. The reference gathers only live rows.
+    std::mt19937 rng(9);
+    KeepSets keep(static_cast<size_t>(cache.layout().num_lanes()));
+    for (std::vector<int64_t>& lane : keep) {
+      for (int64_t row = 0; row < 19; ++row) {
+        if ((row >= 4 && row < 8) || row == 18 || (row < 4 ? rng() % 4 != 0 : rng() % 2 == 0)) {
+          if (row < 4 || row >= 8) lane.push_back(row);
+        }
+      }
+    }
+    const EvictionOutcome out = cache.evict(SeqId(1), keep);
+    ASSERT_GT(out.rows_masked, 0);
+    ASSERT_GT(out.blocks_dropped[0], 0) << "rows 4..7 leave every lane";
+    append_random(cache, SeqId(1), 3, {agent_v_stream(dtype)});
+    expect_every_layer_matches(cache, SeqId(1), dtype, 21);
+  }
+}
+
 TEST(AttentionViews, ForksReadTheirOwnRowsAfterCopyOnWrite) {
   at::manual_seed(4);
   const StorageDtype dtype = StorageDtype::kFloat32;
