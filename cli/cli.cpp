@@ -20,6 +20,8 @@ usage: lorakv <command> [flags]
 commands:
   run        a multi-agent session from a YAML file (configs/): agents, tools, a workflow
   generate   text generation from a prompt, streamed to stdout
+  perplexity a model's perplexity on a text file, with or without KV eviction (--policy, --budget),
+             and the KV bytes it took
   bench      benchmarks: 'bench memory' (shared-cache memory, fidelity and speed of N agents),
              'bench sessions' (concurrent sessions through the sessions API's scheduler)
   inspect    what a GGUF file or Hugging Face checkpoint holds: sizes, tokenizer, tensors
@@ -40,11 +42,12 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "run") return run_run(rest, std::cin, out);
   if (args[0] == "generate") return run_generate(rest, out, err);
+  if (args[0] == "perplexity") return run_perplexity(rest, out, err);
   if (args[0] == "inspect") return run_inspect(rest, out, err);
   if (args[0] == "bench") return run_bench(rest, out, err);
   if (args[0] == "version" || args[0] == "--version") return run_version(rest, out, err);
   throw ConfigError("unknown command",
-                    {"", args[0], "one of: run, generate, bench, inspect, version", "", "run 'lorakv --help'"});
+                    {"", args[0], "one of: run, generate, perplexity, bench, inspect, version", "", "run 'lorakv --help'"});
 }
 
 int report_error(const std::exception_ptr& error, std::ostream& err) {

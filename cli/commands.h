@@ -17,8 +17,12 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
 int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv bench episodes` (cli/bench/bench_episodes.cpp); args after "episodes".
 int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out);
+// `lorakv bench eviction-layout` (cli/bench/bench_eviction_layout.cpp); args after "eviction-layout".
+int run_eviction_layout_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv run CONFIG.yaml` (cli/run_command.cpp); --interactive reads its inputs from `in`.
 int run_run(const std::vector<std::string>& args, std::istream& in, std::ostream& out);
+// `lorakv perplexity` (cli/perplexity_command.cpp): a text's perplexity under a KV eviction policy.
+int run_perplexity(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_version(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace lorakv::cli

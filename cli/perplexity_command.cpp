@@ -1,0 +1,163 @@
+// cli/perplexity_command.cpp: `lorakv perplexity`: a model's perplexity on a text file, with
+// or without KV eviction, and the KV bytes it took: how much quality a cache budget costs.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "lorakv/cli/cli_args.h"
+#include "lorakv/cli/commands.h"
+#include "lorakv/cli/eviction_flags.h"
+#include "lorakv/cli/json_line.h"
+#include "lorakv/cli/perplexity_eval.h"
+#include "lorakv/cli/perplexity_options.h"
+#include "lorakv/common/cpu_features.h"
+#include "lorakv/common/errors.h"
+#include "lorakv/runtime/loaded_model.h"
+
+namespace lorakv::cli {
+namespace {
+
+const char* kUsage = R"(usage: lorakv perplexity --model FILE --file TEXT [--policy NAME --budget N|F] [flags]
+
+The model's perplexity on a text file, exp of the mean negative log-likelihood of its tokens,
+computed through the engine's paged KV cache with an optional eviction policy: the quality a
+KV budget costs, next to the KV bytes it saves.
+
+The text is tokenized with the model's tokenizer (special-token text such as <|im_start|> is
+scored as plain text; when the tokenizer asks for BOS, each window's first token is replaced
+by it) and cut into consecutive windows of --context tokens. A shorter last window is scored
+only when it holds at least min(--chunk, --context) tokens, or when it is the whole text.
+Each window is a fresh context, processed --chunk tokens per step; the policy evicts after
+every step, so later tokens are predicted from what is left (the whole window is appended
+before its first step, so a --budget fraction is of the window). Every token of a window but
+its first is scored.
+
+Progress (one line per window) goes to stderr, the summary to stdout.
+
+flags:
+  --model FILE              GGUF model file (required), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf
+  --file TEXT               the text file (required)
+  --context N               tokens per window (default 1024, 2 .. the model's context length)
+  --chunk N                 tokens per engine step (default 256); eviction runs between chunks
+)";
+
+const char* kMoreFlags = R"(  --threads N               CPU threads (default: libtorch's choice)
+  --json                    also print one JSON object as the last line of stdout
+  --dtype TYPE              float32 (default) or bfloat16 activations and compute
+  --weights FORM            native (default), bfloat16 or float32 (see 'lorakv generate --help')
+  --log-level LEVEL         trace, debug, info, warn, error or off (default info)
+  --help                    this text
+)";
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// The model's tokens of the text, checked against the options the model bounds.
+std::vector<int32_t> tokenize(const runtime::LoadedModel& loaded, const PerplexityOptions& o) {
+  if (!loaded.tokenizer) {
+    throw ConfigError("the model has no tokenizer",
+                      {o.model_path, "tokenizer.json", "a tokenizer", "none", "add the checkpoint's tokenizer.json"});
+  }
+  const int64_t limit = loaded.model->config().context_length;
+  if (o.context > limit) {
+    throw ConfigError("--context is longer than the model's context",
+                      {o.model_path, "--context", "at most " + std::to_string(limit), std::to_string(o.context),
+                       "a smaller --context"});
+  }
+  std::vector<int32_t> tokens = loaded.tokenizer->encode(o.text, /*parse_special=*/false);
+  if (tokens.size() < 2) {
+    throw ConfigError("the text is too short to score",
+                      {o.text_path, "--file", "at least 2 tokens", std::to_string(tokens.size()) + " token(s)", ""});
+  }
+  return tokens;
+}
+
+std::string machine_line() {
+  return cpu::cpu_model_name() + ", " + std::to_string(at::get_num_threads()) + " threads, vector path " +
+         cpu::vector_path_name(cpu::selected_vector_path());
+}
+
+void print_progress(int64_t window, int64_t windows, int64_t kv_peak, const PerplexityTotals& t, std::ostream& err) {
+  char line[160];
+  std::snprintf(line, sizeof line, "[window %lld/%lld] ppl so far %.4f, kv peak %.2f MiB, %.1f s\n",
+                static_cast<long long>(window + 1), static_cast<long long>(windows), t.ppl(), mib(kv_peak), t.seconds);
+  err << line << std::flush;
+}
+
+void print_summary(const PerplexityOptions& o, size_t text_tokens, const PerplexityTotals& t, std::ostream& out) {
+  char line[512];
+  out << "model:       " << o.model_path << "\n";
+  out << "text:        " << o.text_path << " (" << text_tokens << " tokens)\n";
+  std::snprintf(line, sizeof line, "scored:      %lld tokens in %lld windows of up to %lld tokens, chunks of %lld\n",
+                static_cast<long long>(t.tokens_scored), static_cast<long long>(t.windows),
+                static_cast<long long>(o.context), static_cast<long long>(o.chunk));
+  out << line << "eviction:    " << describe_eviction(o.eviction) << "\n";
+  std::snprintf(line, sizeof line, "perplexity:  %.4f (mean NLL %.5f nats/token)\n", t.ppl(), t.nll_mean());
+  out << line;
+  std::snprintf(line, sizeof line,
+                "kv cache:    peak %.3f MiB after a step (%.3f MiB inside a step, before eviction), final %.3f MiB; "
+                "%lld rows evicted (summed over layers and head groups)\n",
+                mib(t.kv_bytes_peak), mib(t.kv_bytes_high_water), mib(t.kv_bytes_final),
+                static_cast<long long>(t.rows_evicted));
+  out << line;
+  std::snprintf(line, sizeof line, "time:        %.2f s, %.1f tokens/s (eviction %.3f s, attention kernel %.2f s)\n",
+                t.seconds, static_cast<double>(t.tokens_processed) / std::max(t.seconds, 1e-9), t.evict_seconds,
+                t.kernel_seconds);
+  out << line << "machine:     " << machine_line() << "\n";
+}
+
+// A number, or null when it is not finite (JSON has no inf or nan).
+formats::JsonValue json_number(double x) {
+  return std::isfinite(x) ? formats::JsonValue::make_number(x) : formats::JsonValue();
+}
+
+std::string summary_json(const PerplexityOptions& o, size_t text_tokens, const PerplexityTotals& t) {
+  JsonLine j;
+  j.add("ppl", json_number(t.ppl())).add("nll_mean", json_number(t.nll_mean()));
+  j.add("tokens", t.tokens_scored).add("text_tokens", static_cast<int64_t>(text_tokens)).add("windows", t.windows);
+  j.add("context", o.context).add("chunk", o.chunk).add("policy", o.eviction.policy);
+  j.add("budget_tokens", o.eviction.budget_tokens).add("budget_fraction", o.eviction.budget_fraction);
+  j.add("sinks", o.eviction.sinks).add("window", o.eviction.window);
+  // The peak is the pools' own, inside a step too (one chunk above the budget before it
+  // is evicted); after_step is what stays between steps.
+  j.add("kv_bytes_peak", t.kv_bytes_high_water).add("kv_bytes_peak_after_step", t.kv_bytes_peak);
+  j.add("kv_bytes_final", t.kv_bytes_final).add("rows_evicted", t.rows_evicted);
+  j.add("seconds", t.seconds).add("evict_seconds", t.evict_seconds).add("kernel_seconds", t.kernel_seconds);
+  j.add("model", o.model_path).add("file", o.text_path).add("threads", static_cast<int64_t>(at::get_num_threads()));
+  j.add("vector_path", cpu::vector_path_name(cpu::selected_vector_path()));
+  return j.str();
+}
+
+}  // namespace
+
+int run_perplexity(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const CliArgs a(args, perplexity_value_flags(), perplexity_bool_flags(), "perplexity");
+  if (a.has("--help")) {
+    out << kUsage << eviction_flags_help() << kMoreFlags;
+    return 0;
+  }
+  // Every flag is checked and the text read before the model loads.
+  const PerplexityOptions o = parse_perplexity_options(a);
+  if (o.log_level) log::set_level(*o.log_level);
+  if (o.threads > 0) at::set_num_threads(static_cast<int>(o.threads));
+  const runtime::LoadedModel loaded = runtime::load_model(o.model_path, o.dtype, o.weights);
+  const std::vector<int32_t> tokens = tokenize(loaded, o);
+
+  PerplexitySettings settings;
+  settings.windows = plan_windows(static_cast<int64_t>(tokens.size()), o.context, o.chunk);
+  settings.chunk = o.chunk;
+  settings.eviction = o.eviction;
+  const formats::BpeTokenizer& tok = *loaded.tokenizer;
+  if (tok.add_bos() && tok.bos_id() >= 0) settings.bos = tok.bos_id();
+  const auto windows = static_cast<int64_t>(settings.windows.size());
+  const PerplexityTotals totals = score_perplexity(
+      *loaded.model, tokens, settings,
+      [&](int64_t i, int64_t kv_peak, const PerplexityTotals& t) { print_progress(i, windows, kv_peak, t, err); });
+  print_summary(o, tokens.size(), totals, out);
+  if (o.json) out << summary_json(o, tokens.size(), totals) << "\n";
+  return 0;
+}
+
+}  // namespace lorakv::cli

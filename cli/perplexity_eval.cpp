@@ -1,0 +1,111 @@
+// cli/perplexity_eval.cpp: the window loop over the engine and the scoring of each step's logits.
+#include "lorakv/cli/perplexity_eval.h"
+
+#include <algorithm>
+#include <string>
+
+#include "lorakv/common/errors.h"
+#include "lorakv/common/logging.h"
+#include "lorakv/runtime/engine.h"
+
+namespace lorakv::cli {
+namespace {
+
+int64_t longest_window(const PerplexitySettings& s) {
+  int64_t longest = 0;
+  for (const auto& [begin, end] : s.windows) longest = std::max(longest, end - begin);
+  return longest;
+}
+
+// Pools for one window at a time: its rows, and a chunk and a block more so that a step
+// before eviction and a packing copy always fit.
+runtime::EngineOptions engine_options(const PerplexitySettings& s) {
+  runtime::EngineOptions o;
+  const int64_t longest = longest_window(s);
+  const int64_t rows = longest + std::min(s.chunk, longest) + o.block_size;
+  o.base_rows = (rows + o.block_size - 1) / o.block_size * o.block_size;
+  o.prefill_chunk = std::min(s.chunk, longest);
+  return o;
+}
+
+// The summed -log p of the tokens the rows of `logits` predict inside `window`: row j, at
+// window position first + j, predicts the token at first + j + 1. Adds the rows scored.
+double score_rows(const at::Tensor& logits, int64_t first, const std::vector<int32_t>& window, int64_t& scored) {
+  const int64_t n = std::min<int64_t>(logits.size(0), static_cast<int64_t>(window.size()) - 1 - first);
+  if (n <= 0) return 0;  // the window's last token predicts nothing inside it
+  const auto from = window.begin() + first + 1;
+  const std::vector<int64_t> next(from, from + n);
+  const at::Tensor targets = at::tensor(next, at::kLong).unsqueeze(1);              // int64 [n, 1]
+  const at::Tensor log_probs = at::log_softmax(logits.narrow(0, 0, n), /*dim=*/1);  // float32 [n, vocab]
+  const at::Tensor picked = log_probs.gather(1, targets);                           // float32 [n, 1]
+  scored += n;
+  return -picked.to(at::kDouble).sum().item<double>();
+}
+
+runtime::CapacityError deferred_error(const runtime::Engine& engine, const runtime::StepResult& r, size_t window_tokens,
+                                      int64_t chunk) {
+  const std::string reason = r.admissions.empty() ? "" : r.admissions.front().reason;
+  return runtime::CapacityError(
+      "a step of a " + std::to_string(window_tokens) + "-token window (chunks of " + std::to_string(chunk) +
+          ") did not fit the KV pools: " + reason,
+      {"", "--context", "pools of " + std::to_string(engine.options().base_rows) + " rows per lane", "",
+       "a smaller --context or --chunk"});
+}
+
+void add_step_stats(const runtime::StepStats& s, PerplexityTotals& t) {
+  ++t.steps;
+  t.tokens_processed += s.tokens_processed;
+  t.rows_evicted += s.rows_evicted;
+  t.evict_seconds += s.evict_seconds;
+  t.kernel_seconds += s.kernel_seconds;
+}
+
+// One window as a fresh context read by the base model; returns its peak KV bytes after a step.
+int64_t score_window(runtime::Engine& engine, const std::vector<int32_t>& window, const PerplexitySettings& s,
+                     PerplexityTotals& t) {
+  runtime::ContextOptions options;
+  options.mode = runtime::SharingMode::kFull;
+  options.eviction = s.eviction;
+  const runtime::ContextId ctx = engine.create_context(options, {nullptr});
+  const runtime::ReaderRef reader{ctx, 0};
+  engine.append(ctx, window);
+  int64_t peak = 0;
+  while (engine.pending_tokens(reader) > 0) {
+    const runtime::StepResult r =
+        engine.step({runtime::StepWork{reader, runtime::StepWork::Kind::kContext, {}, s.chunk, /*all_logits=*/true}});
+    if (!r.ok) throw deferred_error(engine, r, window.size(), s.chunk);
+    const runtime::StepOutput& out = r.outputs.at(0);
+    LORAKV_ASSERT(out.tokens_processed > 0, "a context step with tokens pending processed none");
+    t.nll_sum += score_rows(out.logits, out.first_position, window, t.tokens_scored);
+    add_step_stats(r.stats, t);
+    t.kv_bytes_final = engine.memory().cache.bytes_in_use;
+    peak = std::max(peak, t.kv_bytes_final);
+  }
+  engine.release_context(ctx);
+  return peak;
+}
+
+}  // namespace
+
+PerplexityTotals score_perplexity(const runtime::LlamaModel& model, const std::vector<int32_t>& tokens,
+                                  const PerplexitySettings& settings, const WindowDone& on_window) {
+  PerplexityTotals t;
+  if (settings.windows.empty()) return t;
+  const log::Stopwatch watch;
+  runtime::Engine engine(model, engine_options(settings));
+  for (size_t i = 0; i < settings.windows.size(); ++i) {
+    const auto [begin, end] = settings.windows[i];
+    std::vector<int32_t> window(tokens.begin() + begin, tokens.begin() + end);
+    if (settings.bos) window.front() = *settings.bos;
+    const int64_t peak = score_window(engine, window, settings, t);
+    t.kv_bytes_peak = std::max(t.kv_bytes_peak, peak);
+    ++t.windows;
+    t.seconds = watch.seconds();
+    if (on_window) on_window(static_cast<int64_t>(i), peak, t);
+  }
+  t.kv_bytes_high_water = engine.memory().cache.peak_bytes_in_use;
+  t.seconds = watch.seconds();
+  return t;
+}
+
+}  // namespace lorakv::cli

@@ -1,0 +1,51 @@
+// cli/perplexity_eval.h: perplexity of a token sequence under the engine, window by window,
+// with the context's eviction policy at work: each window is a fresh `full` context read by
+// the base model, processed in chunks of all-logits steps (the engine evicts between them),
+// and every token after the window's first is scored by the logits of the token before it.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "lorakv/cache/eviction/eviction_policy.h"
+#include "lorakv/runtime/llama_model.h"
+
+namespace lorakv::cli {
+
+struct PerplexitySettings {
+  std::vector<std::pair<int64_t, int64_t>> windows;  // [begin, end) of the tokens, each >= 2 long
+  int64_t chunk = 256;                               // most tokens per step
+  cache::eviction::EvictionConfig eviction;
+  std::optional<int32_t> bos;  // when set, replaces each window's first token (never scored)
+};
+
+// Sums so far; after the last window, the whole run's.
+struct PerplexityTotals {
+  double nll_sum = 0;  // nats, over the tokens scored
+  int64_t tokens_scored = 0;
+  int64_t tokens_processed = 0;  // rows run through the model
+  int64_t windows = 0;
+  int64_t steps = 0;
+  int64_t kv_bytes_peak = 0;        // the most KV bytes in use after any step (eviction done)
+  int64_t kv_bytes_high_water = 0;  // the pools' own peak, inside steps too (before eviction)
+  int64_t kv_bytes_final = 0;       // after the last step of the last window, before its release
+  int64_t rows_evicted = 0;
+  double seconds = 0, evict_seconds = 0, kernel_seconds = 0;
+
+  double nll_mean() const { return tokens_scored > 0 ? nll_sum / static_cast<double>(tokens_scored) : 0; }
+  double ppl() const { return std::exp(nll_mean()); }
+};
+
+// Called after each window with its index (from 0), its peak KV bytes after a step, and the totals so far.
+using WindowDone = std::function<void(int64_t window, int64_t kv_bytes_peak, const PerplexityTotals& so_far)>;
+
+// Scores `tokens` (ids of `model`'s vocabulary) over settings.windows. Throws CapacityError
+// when a step is deferred (the pools, sized for the longest window and a chunk, should not).
+PerplexityTotals score_perplexity(const runtime::LlamaModel& model, const std::vector<int32_t>& tokens,
+                                  const PerplexitySettings& settings, const WindowDone& on_window = nullptr);
+
+}  // namespace lorakv::cli
