@@ -25,6 +25,7 @@ SessionOptions session_options(const config::SessionConfig& c) {
   LORAKV_ASSERT(mode && writer, "the loader admits only known modes and writers");
   o.mode = *mode;
   o.writer = *writer;
+  o.eviction = c.cache.eviction;
   return o;
 }
 

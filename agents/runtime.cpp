@@ -157,7 +157,7 @@ std::shared_ptr<Session> Runtime::open_session(const SessionOptions& options) {
       [core = core_.get(), &options] {
         SessionState s;
         s.options = options;
-        s.context = core->engine->create_context({options.mode, options.writer}, {});
+        s.context = core->engine->create_context({options.mode, options.writer, options.eviction}, {});
         const int64_t session_id = core->next_session++;
         core->sessions.emplace(session_id, std::move(s));
         return session_id;

@@ -32,6 +32,11 @@ struct RuntimeOptions {
 struct SessionOptions {
   runtime::SharingMode mode = runtime::SharingMode::kFull;  // docs/sharing_modes.md
   runtime::SharedWriter writer = runtime::SharedWriter::kFirst;
+  // The trajectory's token budget and the policy that keeps it (docs/eviction.md): after
+  // every step the shared rows (each agent's own rows in `full`) are evicted down to it.
+  // An agent's instruction and its reply in progress are never evicted. A session with a
+  // policy cannot be saved yet (save refuses it by name).
+  cache::eviction::EvictionConfig eviction;
   int32_t priority = 0;               // higher goes first when a step's budget is short
   int64_t max_tokens_per_step = 0;    // this session's tokens in one engine step; 0: no cap
   // Whole-session admission. With reserve_tokens > 0 (the most tokens the trajectory will

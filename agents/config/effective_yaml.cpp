@@ -103,6 +103,18 @@ void print_runtime(Printer& p, const SessionConfig& c) {
   p.plain("residual_rows_per_base_row", number_text(c.cache.residual_rows_per_base_row));
   p.number("prefill_chunk", c.cache.prefill_chunk);
   p.number("step_token_budget", c.cache.step_token_budget);
+  const cache::eviction::EvictionConfig& e = c.cache.eviction;
+  p.begin("eviction");
+  p.plain("policy", e.policy);
+  if (e.budget_fraction > 0) {
+    std::string share = number_text(e.budget_fraction);
+    if (share.find('.') == std::string::npos) share += ".0";  // 1 would read back as one token
+    p.plain("budget", share);
+  }
+  if (e.budget_tokens > 0) p.number("budget", e.budget_tokens);  // none: no budget to print
+  p.number("sinks", e.sinks);
+  p.number("window", e.window);
+  p.end();
   p.end();
 }
 

@@ -75,12 +75,38 @@ void read_adapters_section(const ConfigReader& r, const MapReader& top, SessionC
   }
 }
 
+// `cache.eviction`: a budget in tokens (a whole number) or as a share of the trajectory (a
+// number with a point, in (0, 1]); the policy needs one, and a budget needs a policy.
+void read_eviction(const ConfigReader& r, const Field& field, cache::eviction::EvictionConfig& e) {
+  const MapReader ev(r, field, {"policy", "budget", "sinks", "window"});
+  if (ev.has("policy")) e.policy = read_choice(r, ev.get("policy"), cache::eviction::policy_names());
+  if (ev.has("budget")) {
+    const Field budget = ev.get("budget");
+    if (budget.node.kind == YamlNode::Kind::kScalar && budget.node.scalar.find('.') != std::string::npos) {
+      e.budget_fraction = read_number(r, budget, 0, 1, true, "a share of the trajectory's tokens, in (0, 1]");
+    } else {
+      e.budget_tokens = read_int(r, budget, 1, int64_t{1} << 30, "tokens kept per layer, or a share such as 0.25");
+    }
+  }
+  if (ev.has("sinks")) e.sinks = read_int(r, ev.get("sinks"), 0, int64_t{1} << 20, "first positions never evicted");
+  if (ev.has("window")) e.window = read_int(r, ev.get("window"), 0, int64_t{1} << 30, "newest tokens never evicted");
+  const bool has_budget = e.budget_tokens > 0 || e.budget_fraction > 0;
+  if (e.enabled() && !has_budget) {
+    r.fail(field.node.mark, field.path, "`" + field.path + ".policy` " + e.policy + " needs a budget",
+           "add `budget: 1024` (tokens) or `budget: 0.25` (a share of the trajectory)");
+  }
+  if (!e.enabled() && has_budget) {
+    r.fail(field.node.mark, field.path, "`" + field.path + ".budget` is set but no policy keeps it",
+           "add `policy: streaming_llm` or `policy: h2o`");
+  }
+}
+
 void read_cache_section(const ConfigReader& r, const MapReader& top, SessionConfig& config) {
   const YamlNode* node = top.find("cache");
   if (node == nullptr) return;
   const MapReader cache(r, Field{*node, "cache"},
                         {"mode", "writer", "block_size", "pool_bytes", "residual_rows_per_base_row", "prefill_chunk",
-                         "step_token_budget"});
+                         "step_token_budget", "eviction"});
   CacheSection& c = config.cache;
   if (cache.has("mode")) c.mode = read_choice(r, cache.get("mode"), cache_mode_names());
   if (cache.has("writer")) c.writer = read_choice(r, cache.get("writer"), cache_writer_names());
@@ -96,6 +122,7 @@ void read_cache_section(const ConfigReader& r, const MapReader& top, SessionConf
   if (cache.has("step_token_budget")) {
     c.step_token_budget = read_int(r, cache.get("step_token_budget"), 0, int64_t{1} << 30, "0: no limit");
   }
+  if (cache.has("eviction")) read_eviction(r, cache.get("eviction"), c.eviction);
 }
 
 void read_output_section(const ConfigReader& r, const MapReader& top, SessionConfig& config) {

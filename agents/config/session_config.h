@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "lorakv/cache/eviction/eviction_policy.h"
 #include "lorakv/agents/config/config_error.h"
 
 namespace lorakv::agents::config {
@@ -55,6 +56,8 @@ struct CacheSection {
   double residual_rows_per_base_row = 2.0;
   int64_t prefill_chunk = 512;
   int64_t step_token_budget = 512;  // 0: no limit
+  // `cache.eviction`: the session's token budget and its policy (docs/eviction.md).
+  cache::eviction::EvictionConfig eviction;
 };
 
 struct SamplingSection {  // runtime::SamplingOptions

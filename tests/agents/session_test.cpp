@@ -138,6 +138,44 @@ TEST_F(Sessions, AgentThatLeavesTakesItsRowsWithIt) {
   }
 }
 
+// A session with a token budget: after a long trajectory and two agents' replies, the
+// shared rows hold the budget's tokens instead of the whole trajectory (less than the same
+// session without a policy), the agents still reply, and saving is refused by name rather
+// than writing a file that would lose the policy.
+TEST_F(Sessions, EvictionKeepsTheTrajectoryWithinItsBudget) {
+  auto run = [&](bool evict, int64_t* bytes) {
+    SessionOptions options{SharingMode::kBaseLrShared, SharedWriter::kFirst};
+    if (evict) {
+      options.eviction.policy = "streaming_llm";
+      options.eviction.budget_tokens = 64;
+    }
+    auto s = rt().open_session(options);
+    s->add_agent({"planner", "shared.planner", ""});
+    s->add_agent({"actor", "shared.actor", ""});
+    s->append("system", kSystem);
+    std::string long_text;
+    for (int i = 0; i < 24; ++i) long_text += std::string(kQuestion) + " ";
+    s->append("user", long_text);
+    const Reply planner = s->generate("planner", tokens(12));
+    const Reply actor = s->generate("actor", tokens(12));
+    EXPECT_TRUE(planner.appended && actor.appended);
+    EXPECT_FALSE(planner.tokens.empty());
+    EXPECT_FALSE(actor.tokens.empty());
+    *bytes = rt().stats().kv_bytes_in_use;
+    if (evict) {
+      EXPECT_THROW(s->save(::testing::TempDir() + "/evicting.session"), ConfigError);
+    }
+    s->close();
+  };
+  int64_t with_budget = 0, without = 0;
+  run(true, &with_budget);
+  run(false, &without);
+  EXPECT_GT(with_budget, 0);
+  // The trajectory is some 300 tokens; the budget keeps 64 of them (plus the blocks a
+  // window pins and the rows of a reply in progress), so well under half of the bytes.
+  EXPECT_LT(2 * with_budget, without) << with_budget << " vs " << without;
+}
+
 // Streamed pieces are the reply's text, each valid UTF-8; a stop string ends the reply
 // without showing it; the output-prefix constraint makes the base model write an action.
 TEST_F(Sessions, StreamingStopStringsAndAllowedPrefixes) {

@@ -61,7 +61,8 @@ TEST_F(EffectiveConfigTest, ReadsBackAsTheSameConfiguration) {
   const SessionConfig c = load(
       "model: {path: model.gguf, dtype: bfloat16, threads: 3}\n"
       "adapters: {planner: adapters/planner, coder: {path: adapters/coder.gguf}}\n"
-      "cache: {mode: base_lr_shared, writer: base, pool_bytes: 1000, residual_rows_per_base_row: 0.1}\n"
+      "cache: {mode: base_lr_shared, writer: base, pool_bytes: 1000, residual_rows_per_base_row: 0.1,\n"
+      "        eviction: {policy: streaming_llm, budget: 1.0, sinks: 0}}\n"
       "agents:\n"
       "  planner: {adapter: planner, instruction: \"Line one\\nline two: \\\"quoted\\\"\", max_tokens: 9}\n"
       "  \"null\": {role: Critic, goal: \"~\", backstory: \"123\", sampling: {temperature: 0.7, seed: 18446744073709551615}}\n"
@@ -82,6 +83,9 @@ TEST_F(EffectiveConfigTest, ReadsBackAsTheSameConfiguration) {
   EXPECT_EQ(again.agents[1].sampling.temperature, 0.7);
   EXPECT_EQ(again.cache.residual_rows_per_base_row, 0.1);
   EXPECT_EQ(again.cache.pool_bytes, 1000);
+  EXPECT_EQ(again.cache.eviction.policy, "streaming_llm");
+  EXPECT_EQ(again.cache.eviction.budget_fraction, 1.0) << "a share of 1 stays a share, not one token";
+  EXPECT_EQ(again.cache.eviction.sinks, 0);
   EXPECT_EQ(again.workflow.system, "true");
   EXPECT_EQ(again.workflow.input, "null");
   EXPECT_EQ(again.tools[0].entries.size(), 3u);

@@ -154,6 +154,37 @@ TEST_F(CacheSectionTest, Refusals) {
   expect_error("model: model.gguf\ncache: [full]\n" + rest, {"session.yaml:2:8", "`cache` must be a map of keys"});
 }
 
+TEST_F(CacheSectionTest, EvictionKeysLandInTheStruct) {
+  const std::string rest = std::string("agents:\n  planner:\n") + kMinimalWorkflow;
+  const SessionConfig tokens = load("model: model.gguf\ncache:\n  eviction: {policy: h2o, budget: 1024, sinks: 2, window: 32}\n" + rest);
+  EXPECT_EQ(tokens.cache.eviction.policy, "h2o");
+  EXPECT_EQ(tokens.cache.eviction.budget_tokens, 1024);
+  EXPECT_EQ(tokens.cache.eviction.budget_fraction, 0);
+  EXPECT_EQ(tokens.cache.eviction.sinks, 2);
+  EXPECT_EQ(tokens.cache.eviction.window, 32);
+  const SessionConfig share = load("model: model.gguf\ncache:\n  eviction: {policy: streaming_llm, budget: 0.25}\n" + rest);
+  EXPECT_EQ(share.cache.eviction.budget_fraction, 0.25);
+  EXPECT_EQ(share.cache.eviction.budget_tokens, 0);
+  EXPECT_EQ(share.cache.eviction.sinks, 4) << "default";
+  EXPECT_FALSE(load("model: model.gguf\n" + rest).cache.eviction.enabled()) << "no eviction by default";
+}
+
+TEST_F(CacheSectionTest, EvictionRefusals) {
+  const std::string head = "model: model.gguf\ncache:\n  eviction:\n";
+  const std::string rest = std::string("agents:\n  planner:\n") + kMinimalWorkflow;
+  expect_error(head + "    policy: h2 0\n    budget: 64\n" + rest,
+               {"session.yaml:4:13", "[cache.eviction.policy]", "choose one of none, streaming_llm, h2o"});
+  expect_error(head + "    policy: h2o\n" + rest,
+               {"session.yaml:4:5", "[cache.eviction]", "`cache.eviction.policy` h2o needs a budget", "budget: 0.25"});
+  expect_error(head + "    budget: 64\n" + rest,
+               {"[cache.eviction]", "`cache.eviction.budget` is set but no policy keeps it", "policy: streaming_llm"});
+  expect_error(head + "    policy: h2o\n    budget: 1.5\n" + rest, {"session.yaml:5:13", "[cache.eviction.budget]", "out of range: 1.5"});
+  expect_error(head + "    policy: h2o\n    budget: 0\n" + rest, {"session.yaml:5:13", "[cache.eviction.budget]"});
+  expect_error(head + "    policy: h2o\n    budget: 64\n    sink: 4\n" + rest,
+               {"session.yaml:6:5", "unknown key `sink` in `cache.eviction`; did you mean `sinks`?"});
+  expect_error(head + "    policy: h2o\n    budget: 64\n    window: -1\n" + rest, {"session.yaml:6:13", "[cache.eviction.window]"});
+}
+
 TEST_F(OutputSectionTest, ValuesLandInTheStruct) {
   std::filesystem::create_directories(dir() + "/runs");
   const SessionConfig c = load(std::string("model: model.gguf\nagents:\n  planner:\n") + kMinimalWorkflow +
