@@ -17,6 +17,8 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
 int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv bench episodes` (cli/bench/bench_episodes.cpp); args after "episodes".
 int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out);
+// `lorakv bench eviction` (cli/bench/bench_eviction.cpp); args after "eviction".
+int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv bench eviction-layout` (cli/bench/bench_eviction_layout.cpp); args after "eviction-layout".
 int run_eviction_layout_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv run CONFIG.yaml` (cli/run_command.cpp); --interactive reads its inputs from `in`.

@@ -92,11 +92,12 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
   }
   if (args[0] == "sessions") return run_sessions_bench(std::vector<std::string>(args.begin() + 1, args.end()), out);
   if (args[0] == "episodes") return run_episodes_bench(std::vector<std::string>(args.begin() + 1, args.end()), out);
+  if (args[0] == "eviction") return run_eviction_bench(std::vector<std::string>(args.begin() + 1, args.end()), out);
   if (args[0] == "eviction-layout") {
     return run_eviction_layout_bench(std::vector<std::string>(args.begin() + 1, args.end()), out);
   }
   if (args[0] != "memory") {
-    throw ConfigError("unknown benchmark", {"", args[0], "memory, sessions, episodes or eviction-layout", args[0], "run 'lorakv bench --help'"});
+    throw ConfigError("unknown benchmark", {"", args[0], "memory, sessions, episodes, eviction or eviction-layout", args[0], "run 'lorakv bench --help'"});
   }
   const CliArgs a(std::vector<std::string>(args.begin() + 1, args.end()),
                   {"--model", "--assets", "--out", "--parts", "--repetitions", "--python", "--lengths", "--agents",
