@@ -264,6 +264,11 @@ class Engine {
   EngineMemory memory() const;
   ContextMemory context_memory(ContextId context) const;
   ContextFootprint context_footprint(ContextId context) const;
+  // The positions each lane of the context's rows still shows after eviction (live rows,
+  // ascending), lane by lane (layer-major: one lane per layer, or per KV head with
+  // per_head_token_sets): the shared rows, or in `full` reader `reader`'s own rows. Empty
+  // lanes before the rows exist. What `lorakv perplexity --dump-kept` writes.
+  std::vector<std::vector<int32_t>> kept_positions(ContextId context, int32_t reader = 0) const;
   // Most positions one context may reach: the model's context length.
   int64_t max_context_tokens() const;
   const cache::PagedKvCache& cache() const { return *cache_; }

@@ -54,6 +54,21 @@ bool worth_packing(const cache::SequenceState& s) {
 
 }  // namespace
 
+std::vector<std::vector<int32_t>> Engine::kept_positions(ContextId context, int32_t reader) const {
+  const ContextState& c = state_->context(context);
+  const SeqId seq = c.options.mode == SharingMode::kFull ? state_->reader({context, reader}).own_seq : c.shared_seq;
+  std::vector<std::vector<int32_t>> lanes(static_cast<size_t>(cache_->layout().num_lanes()));
+  if (!seq.valid()) return lanes;
+  const cache::SequenceState& s = cache_->manager().sequence(seq);
+  for (size_t lane = 0; lane < lanes.size(); ++lane) {
+    const cache::BaseLane& l = s.lanes[lane];
+    for (int64_t r = 0; r < l.table.num_rows; ++r) {
+      if (l.is_live(r)) lanes[lane].push_back(l.positions[static_cast<size_t>(r)]);
+    }
+  }
+  return lanes;
+}
+
 void Engine::evict_over_budget(StepStats& stats) {
   const log::Stopwatch watch;
   const cache::CacheLayout& layout = cache_->layout();
