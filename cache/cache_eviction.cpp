@@ -27,6 +27,10 @@ void CacheManager::add_scores(SeqId seq, int64_t lane, const float* mass, int64_
   for (int64_t r = 0; r < rows; ++r) l.scores[static_cast<size_t>(r)] += mass[r];
 }
 
+void CacheManager::reset_scores(SeqId seq) {
+  for (BaseLane& l : state(seq).lanes) l.scores.assign(static_cast<size_t>(l.table.num_rows), 0.f);
+}
+
 void CacheManager::cut_chains(SequenceState& s, int64_t first_block) {
   size_t longest = s.base_chain.size();
   for (const ResidualStream& r : s.residuals) longest = std::max(longest, r.chain.size());

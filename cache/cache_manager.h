@@ -249,6 +249,8 @@ class CacheManager {
   std::vector<int64_t> live_rows(SeqId seq, int64_t lane) const;
   // Adds mass[i] to the score of row i of the lane, i < rows (rows from the first).
   void add_scores(SeqId seq, int64_t lane, const float* mass, int64_t rows);
+  // Every row's score back to 0 (an observation window starts again).
+  void reset_scores(SeqId seq);
 
   // Drops every reference the sequence holds; blocks reaching zero return to their pool.
   // Not inside a transaction.

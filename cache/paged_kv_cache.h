@@ -132,6 +132,7 @@ class PagedKvCache {
   EvictionOutcome evict(SeqId seq, const KeepSets& keep);
   // CacheManager::add_scores: attention mass for a scoring policy.
   void add_scores(SeqId seq, int64_t lane, const float* mass, int64_t rows) { manager_.add_scores(seq, lane, mass, rows); }
+  void reset_scores(SeqId seq) { manager_.reset_scores(seq); }
 
   // The gathers return live rows only (evicted rows that are masked are left out), as the
   // kernel sees them.

@@ -144,6 +144,9 @@ struct AgentAttention {
   // head's lane], the mass each private row received from this agent.
   float* private_mass = nullptr;
   int64_t private_mass_head_stride = 0;
+  // With AttentionMass != kNone: only queries from this index on add mass (an observation
+  // window of the last queries, SnapKV); 0: every query; num_queries: none.
+  int64_t mass_first_query = 0;
 };
 
 // Agents [first_agent, first_agent + num_agents) read the same shared base rows: each base

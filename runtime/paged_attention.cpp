@@ -25,7 +25,7 @@ kernels::ElementType element_type(const at::Tensor& t) {
 class PagedAttention final : public AttentionBackend {
  public:
   PagedAttention(cache::PagedKvCache& cache, const ModelConfig& c, std::vector<Item>& items, const at::Tensor& cos,
-                 const at::Tensor& sin, double scale, StepStats& stats, std::vector<SeqId> scored)
+                 const at::Tensor& sin, double scale, StepStats& stats, std::vector<ScoredSeq> scored)
       : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale), stats_(stats), views_(cache),
         scored_(std::move(scored)) {
     const log::Stopwatch watch;
@@ -94,10 +94,7 @@ class PagedAttention final : public AttentionBackend {
   // With a scored read in the step, the kernel returns attention mass; it then needs an
   // output for every base and every agent's private rows, sized for the longest lane.
   void plan_mass() {
-    for (size_t b = 0; b < bases_.size(); ++b) {
-      const SeqId seq = items_[order_[static_cast<size_t>(bases_[b].first_agent)]].read_seq;
-      mass_ = mass_ || std::find(scored_.begin(), scored_.end(), seq) != scored_.end();
-    }
+    choose_scored_reads();
     if (!mass_) return;
     params_.mass = kernels::AttentionMass::kSumOverAgents;
     auto longest = [&](int64_t read) {
@@ -124,13 +121,49 @@ class PagedAttention final : public AttentionBackend {
     }
   }
 
+  // Which reads add mass this step, and from which queries: every query of every reader
+  // of an accumulating policy's rows (H2O); for an observation window (SnapKV), only when
+  // the step writes rows into the sequence, then the newest `window` queries of the items
+  // writing them, and the sequence's scores start again from zero.
+  void choose_scored_reads() {
+    mass_first_query_.assign(items_.size(), 0);
+    for (size_t pos = 0; pos < order_.size(); ++pos) {
+      const Item& it = items_[order_[pos]];
+      const int64_t queries = it.end - it.start;
+      mass_first_query_[pos] = queries;  // no mass unless a scored read below says so
+      const auto scored = std::find_if(scored_.begin(), scored_.end(), [&](const ScoredSeq& s) { return s.seq == it.read_seq; });
+      if (scored == scored_.end()) continue;
+      if (scored->window == 0) {
+        mass_first_query_[pos] = 0;
+        add_once(accumulating_, it.read_seq);
+        continue;
+      }
+      if (!writes(it.read_seq)) continue;
+      if (it.write_seq == it.read_seq && it.base_from < it.end) {
+        mass_first_query_[pos] = std::max<int64_t>(0, queries - scored->window);
+        add_once(accumulating_, it.read_seq);
+        add_once(observed_, it.read_seq);
+      }
+    }
+    mass_ = !accumulating_.empty();
+    for (SeqId seq : observed_) cache_.reset_scores(seq);
+  }
+
+  bool writes(SeqId seq) const {
+    return std::any_of(items_.begin(), items_.end(), [&](const Item& it) { return it.write_seq == seq && it.base_from < it.end; });
+  }
+
+  static void add_once(std::vector<SeqId>& seqs, SeqId seq) {
+    if (std::find(seqs.begin(), seqs.end(), seq) == seqs.end()) seqs.push_back(seq);
+  }
+
   // The layer's mass of each scored base, summed over the KV heads of each lane, onto the
   // rows' scores.
   void add_scores(int64_t layer) {
     const cache::CacheLayout& l = cache_.layout();
     for (size_t b = 0; b < bases_.size(); ++b) {
       const SeqId seq = items_[order_[static_cast<size_t>(bases_[b].first_agent)]].read_seq;
-      if (std::find(scored_.begin(), scored_.end(), seq) == scored_.end()) continue;
+      if (std::find(accumulating_.begin(), accumulating_.end(), seq) == accumulating_.end()) continue;
       const kernels::PagedRows rows = bases_[b].rows;
       for (int64_t g = 0; g < l.num_groups(); ++g) {
         const int64_t n = rows.lanes ? rows.lanes[g].num_rows : 0;
@@ -196,6 +229,7 @@ class PagedAttention final : public AttentionBackend {
         }
       }
       if (r.private_rows >= 0) a.private_rows = views_.base_rows(r.private_rows, layer);
+      if (mass_) a.mass_first_query = mass_first_query_[pos];
       if (mass_ && r.private_rows >= 0) {
         a.private_mass = private_mass_[pos].data();
         a.private_mass_head_stride = private_mass_stride_[pos];
@@ -227,7 +261,10 @@ class PagedAttention final : public AttentionBackend {
   std::vector<int64_t> base_reads_;           // per base: its StepViews read
   std::vector<kernels::AgentAttention> agents_;  // per item in `order_`, refilled per layer
   kernels::LoraAttentionParams params_;
-  std::vector<SeqId> scored_;                   // sequences whose rows a scoring policy governs
+  std::vector<ScoredSeq> scored_;               // sequences whose rows a scoring policy governs
+  std::vector<SeqId> accumulating_;             // of those, the ones whose scores grow this step
+  std::vector<SeqId> observed_;                 // of those, the ones observed afresh (SnapKV)
+  std::vector<int64_t> mass_first_query_;       // per agent in `order_`
   bool mass_ = false;                           // the kernel returns mass this step
   std::vector<std::vector<float>> base_mass_;   // per base: float32 [num_kv_heads, stride]
   std::vector<int64_t> base_mass_stride_;
@@ -258,10 +295,11 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
     while (rows < max_end) rows *= 2;
     std::tie(st.rope_cos, st.rope_sin) = model.rope_half_tables(rows);
   }
-  std::vector<SeqId> scored;
+  std::vector<ScoredSeq> scored;
   for (const auto& [id, c] : st.contexts) {
     if (!c.policy || !c.policy->needs_scores()) continue;
-    for (SeqId seq : c.evictable_seqs()) scored.push_back(seq);
+    const int64_t window = c.policy->scores_from_observation_window() ? c.options.eviction.window : 0;
+    for (SeqId seq : c.evictable_seqs()) scored.push_back({seq, window});
   }
   PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale(), result.stats,
                          std::move(scored));

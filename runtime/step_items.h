@@ -49,6 +49,14 @@ struct Item {
 
 // Runs the admitted items as one forward pass (layer by layer through the fused kernel on
 // the paged cache) and fills their outputs and the step's host times in `result`.
+// A sequence whose rows a scoring policy governs, and its observation window (0: every
+// query's mass accumulates, H2O; > 0: the newest `window` queries of a step that writes
+// rows, SnapKV).
+struct ScoredSeq {
+  SeqId seq;
+  int64_t window = 0;
+};
+
 // The kernel also returns each shared row's attention mass, summed over readers, and adds
 // it to the row's score, for every read of a sequence a scoring policy governs.
 void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,

@@ -11,7 +11,7 @@
 namespace lorakv::cache::eviction {
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names{"none", "streaming_llm", "h2o"};
+  static const std::vector<std::string> names{"none", "streaming_llm", "h2o", "snapkv"};
   return names;
 }
 
@@ -43,6 +43,10 @@ void EvictionConfig::check(const std::string& where) const {
     throw ConfigError("eviction policy " + policy + " needs a budget",
                       {"", where + ".budget", "a number of tokens >= 1, or a fraction in (0, 1]", "none",
                        "or set the policy to none"});
+  }
+  if (policy == "snapkv" && window < 1) {
+    throw ConfigError("snapkv observes the newest `window` queries; it needs at least one",
+                      {"", where + ".window", ">= 1", std::to_string(window), ""});
   }
   if (sinks < 0 || window < 0) {
     throw ConfigError("sinks and window cannot be negative",
@@ -95,6 +99,7 @@ std::unique_ptr<EvictionPolicy> make_policy(const EvictionConfig& config) {
   config.check();
   if (config.policy == "streaming_llm") return std::make_unique<StreamingLlmPolicy>(config);
   if (config.policy == "h2o") return std::make_unique<H2oPolicy>(config);
+  if (config.policy == "snapkv") return std::make_unique<SnapKvPolicy>(config);
   return nullptr;
 }
 

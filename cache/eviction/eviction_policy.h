@@ -20,11 +20,11 @@ namespace lorakv::cache::eviction {
 // The eviction keys (docs/eviction.md has each with its default): one set for the engine's
 // context options, `lorakv perplexity` and `lorakv generate`.
 struct EvictionConfig {
-  std::string policy = "none";   // none | streaming_llm | h2o
+  std::string policy = "none";   // none | streaming_llm | h2o | snapkv
   int64_t budget_tokens = 0;     // most live rows per lane; 0: budget_fraction decides
   double budget_fraction = 0;    // in (0, 1]: of the context's tokens so far; 0 with 0 tokens: no budget
   int64_t sinks = 4;             // first positions never evicted
-  int64_t window = 16;           // most recent live rows never evicted
+  int64_t window = 16;           // most recent live rows never evicted (snapkv: also its observation window)
   std::vector<std::pair<int64_t, int64_t>> protected_spans;  // [begin, end) positions never evicted
 
   bool enabled() const { return policy != "none"; }
@@ -51,6 +51,10 @@ class EvictionPolicy {
   virtual ~EvictionPolicy() = default;
   const EvictionConfig& config() const { return config_; }
   virtual bool needs_scores() const = 0;
+  // true: a row's score is the mass from the last `window` queries of the step that wrote
+  // rows (an observation window, SnapKV), recomputed each such step; false: accumulated
+  // over every query since the row was written (H2O).
+  virtual bool scores_from_observation_window() const { return false; }
   // Indices into `lane` of the rows to keep, ascending: the protected rows, then the
   // policy's choice up to `budget` rows in all.
   std::vector<int64_t> keep(const LaneCandidates& lane, int64_t budget) const;

@@ -31,4 +31,25 @@ class H2oPolicy final : public EvictionPolicy {
                               int64_t room) const override;
 };
 
+// SnapKV (Li et al., 2024): each row scored by the attention the newest `window` queries
+// of the step that wrote rows gave it (the observation window), averaged with its
+// neighbours (a window of kPoolWidth rows, as kvpress's SnapKVPress pools with
+// avg_pool1d(kernel_size=5, padding=2), the padding counted as zeros), then the best rows
+// beside the protected ones. The scores are recomputed at every such step, not summed.
+// lorakv's departures from kvpress: a lane sums the mass over its KV heads' query heads and
+// window queries where kvpress averages (the same order within a lane); a lane is a layer
+// unless each KV head keeps its own rows (EngineOptions::per_head_token_sets), where
+// kvpress keeps per KV head; and it runs after every appended chunk, not once per prefill.
+class SnapKvPolicy final : public EvictionPolicy {
+ public:
+  static constexpr int64_t kPoolWidth = 5;
+  using EvictionPolicy::EvictionPolicy;
+  bool needs_scores() const override { return true; }
+  bool scores_from_observation_window() const override { return true; }
+
+ protected:
+  std::vector<int64_t> choose(const LaneCandidates& lane, const std::vector<int64_t>& candidates,
+                              int64_t room) const override;
+};
+
 }  // namespace lorakv::cache::eviction

@@ -401,6 +401,12 @@ struct FusedAttention {
     return base.mass + i * base.mass_agent_stride + it.kv_head * base.mass_head_stride;
   }
 
+  // The agent's first score row that adds mass: rows are query-major (query r / group).
+  static int64_t first_mass_row(const Item& it, int64_t a) {
+    const int64_t first = it.p.agents[a].mass_first_query;
+    return (first < 0 ? 0 : first) * it.group;
+  }
+
   static const float* final_lse(const Item& it, int64_t a) {
     return it.plan.lse_rows + it.plan.lse_offset[a] + it.kv_head * it.plan.agent_rows[a].num_rows;
   }
@@ -419,7 +425,7 @@ struct FusedAttention {
         for (int64_t j = 0; j < keys; ++j) out[j] = 0.f;
       }
       const float* lse = final_lse(it, a);
-      for (int64_t r = 0; r < it.plan.agent_rows[a].num_rows; ++r) {
+      for (int64_t r = first_mass_row(it, a); r < it.plan.agent_rows[a].num_rows; ++r) {
         if (lse[r] == O::neg_inf()) continue;
         const float* s = it.w.raw_scores + (it.row_offset(a) + r) * keys;
         for (int64_t j = 0; j < keys; ++j) {
@@ -457,7 +463,7 @@ struct FusedAttention {
     const float* kt = agent_keys(it, a, sc, t, bytes_read);
     const float* q = sc.q + it.row_offset(a) * it.dim;
     const float* lse = final_lse(it, a);
-    for (int64_t r0 = 0; r0 < ar.num_rows; r0 += kScoreRows) {
+    for (int64_t r0 = first_mass_row(it, a); r0 < ar.num_rows; r0 += kScoreRows) {
       const int64_t rows = ar.num_rows - r0 < kScoreRows ? ar.num_rows - r0 : kScoreRows;
       O::scores(q + r0 * it.dim, rows, kt, it.dim, t.keys_pad, sc.s);
       for (int64_t rr = 0; rr < rows; ++rr) {

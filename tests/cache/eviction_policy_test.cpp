@@ -54,6 +54,22 @@ TEST(EvictionPolicy, H2oKeepsHeavyHittersAndTheWindow) {
   EXPECT_EQ(p->keep(l, 5), (Rows{0, 2, 5, 6, 7}));
 }
 
+TEST(EvictionPolicy, SnapKvPoolsScoresOverNeighbouringRows) {
+  const auto p = make_policy(config("snapkv", 0, 1));
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->needs_scores());
+  EXPECT_TRUE(p->scores_from_observation_window());
+  const LaneCandidates l = lane({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 0, 0, 10, 0, 0, 0, 0, 0, 0});
+  // Pooled over rows i-2..i+2 (/5): rows 1..5 score 2, the rest 0. Row 9 is the window;
+  // room 2 among the ties goes to the newest, 5 and 4 (H2O would keep row 3 itself).
+  EXPECT_EQ(p->keep(l, 3), (Rows{4, 5, 9}));
+  const LaneCandidates edge = lane({0, 1, 2, 3, 4, 5}, {8, 0, 0, 0, 0, 3});
+  // Row 0: (8 + 0 + 0) / 5 = 1.6; row 2: 8/5 = 1.6 too (rows 0..4); row 3: 3/5; window row 5.
+  EXPECT_EQ(p->keep(edge, 3), (Rows{1, 2, 5})) << "pooled 1.6 for rows 0..2, the newest two";
+  EvictionConfig no_window = config("snapkv", 0, 0);
+  EXPECT_THROW(no_window.check(), ConfigError) << "snapkv needs an observation window";
+}
+
 TEST(EvictionPolicy, ProtectedSpansAreNeverEvicted) {
   EvictionConfig c = config("h2o", 0, 0);
   c.protected_spans = {{3, 5}};

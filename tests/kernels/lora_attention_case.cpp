@@ -217,6 +217,7 @@ void LoraAttentionCase::build_agent(int64_t a) {
   q_positions_.push_back(spec_.random_query_positions ? at::randint(0, std::max<int64_t>(end, 1), {as.num_queries}, at::kLong)
                                                       : at::arange(end - as.num_queries, end, at::kLong));
   ag.num_queries = as.num_queries;
+  ag.mass_first_query = as.mass_first_query;
   ag.q = q_.back().data_ptr();
   ag.q_dtype = spec_.q_dtype;
   ag.q_row_stride = spec_.heads * spec_.dim;
@@ -379,6 +380,7 @@ reference::LoraRefAgent LoraAttentionCase::reference_input(int64_t a) const {
   reference::LoraRefAgent r;
   r.q = q_[a].to(at::kFloat);
   r.q_positions = q_positions_[a];
+  r.mass_first_query = as.mass_first_query;
   auto rows_of = [&](const LaneData& d, int64_t head_in_lane) {
     reference::LoraRefRows rows;
     rows.k = d.k.select(1, head_in_lane);

@@ -25,6 +25,7 @@ struct AgentSpec {
   int shares_a_with = -1;    // an earlier agent of the same base whose C rows it reads (shared A), own B
   int64_t private_rows = 0;  // positions after the shared context, full width, its own
   int64_t base = 0;
+  int64_t mass_first_query = 0;  // only queries from here on add attention mass
 };
 
 struct CaseSpec {

@@ -275,6 +275,28 @@ TEST(LoraAttention, AttentionMassDecodeAndQueryWindows) {
   }
 }
 
+// An observation window (SnapKV): only an agent's last queries add mass, on both mass paths.
+TEST(LoraAttention, AttentionMassFromTheLastQueriesOnly) {
+  for (AttentionMass mass : {AttentionMass::kPerAgent, AttentionMass::kSumOverAgents}) {
+    CaseSpec s;
+    s.seed = 160 + static_cast<uint64_t>(mass);
+    s.heads = 9;
+    s.kv_heads = 3;
+    s.context = 120;
+    s.mass = mass;
+    s.agents = {agent(7, 8, 0, 4), agent(5, 0, 0), agent(1, 8, 0, 0, 0)};
+    s.agents[0].mass_first_query = 4;  // the last 3 queries
+    s.agents[1].mass_first_query = 5;  // none of them
+    s.agents[2].mass_first_query = 0;  // its one query
+    expect_matches_on_every_path(s);
+    CaseSpec decode = s;  // one query each: the raw-score path
+    decode.seed += 10;
+    decode.agents = {agent(1, 8, 8, 5), agent(1, 0, 0)};
+    decode.agents[1].mass_first_query = 1;
+    expect_matches_on_every_path(decode);
+  }
+}
+
 TEST(LoraAttention, LongContextIsSplitAcrossThreads) {
   CaseSpec s;
   s.seed = 150;

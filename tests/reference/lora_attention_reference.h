@@ -29,6 +29,7 @@ struct LoraRefAgent {
   at::Tensor q_positions;  // int64 [Tq]
   std::vector<LoraRefRows> shared;   // per KV head (may have 0 rows)
   std::vector<LoraRefRows> private_rows;  // per KV head (may have 0 rows)
+  int64_t mass_first_query = 0;  // queries before it add no mass
 };
 
 struct LoraRefResult {
@@ -95,7 +96,8 @@ inline LoraRefResult lora_attention_reference(const LoraRefAgent& agent, int64_t
     p = at::where(sees.unsqueeze(-1), p, at::zeros_like(p));                  // no NaN rows
     res.out.narrow(1, h * group, group).copy_(at::einsum("tgn,nd->tgd", {p, v}));
     res.lse.narrow(1, h * group, group).copy_(lse);
-    const at::Tensor mass = p.sum(at::IntArrayRef{0, 1});  // [N]
+    const int64_t first = std::min(agent.mass_first_query, tq);
+    const at::Tensor mass = p.narrow(0, first, tq - first).sum(at::IntArrayRef{0, 1});  // [N]
     res.shared_mass.push_back(mass.narrow(0, 0, n_shared));
     res.private_mass.push_back(mass.narrow(0, n_shared, n - n_shared));
   }

@@ -225,6 +225,47 @@ TEST_F(EngineEviction, H2oScoresAreTheAttentionMassAndItKeepsTheHeaviest) {
   }
 }
 
+TEST_F(EngineEviction, SnapKvScoresAreTheNewestQueriesMassAfterEachChunk) {
+  Engine engine(model(), pools());
+  cache::eviction::EvictionConfig snap = streaming(60);
+  snap.policy = "snapkv";
+  const ContextId ctx = engine.create_context({SharingMode::kFull, SharedWriter::kFirst, snap}, {nullptr});
+  const ReaderRef reader{ctx, 0};
+  const ModelConfig& c = model().config();
+  auto run_chunk = [&](int64_t n, uint32_t seed) {
+    engine.append(ctx, random_tokens(n, seed));
+    StepWork w;
+    w.reader = reader;
+    w.max_tokens = n;
+    return engine.step({w});
+  };
+  ASSERT_TRUE(run_chunk(30, 21).ok);
+  ASSERT_TRUE(run_chunk(20, 22).ok);
+  const SeqId seq = engine.cache().manager().sequences().front();
+  // Below the budget: the scores are the second chunk's last kWindow queries' mass only
+  // (the first chunk's are gone), one unit per query head of each query.
+  for (const cache::BaseLane& l : engine.cache().manager().sequence(seq).lanes) {
+    double sum = 0;
+    for (float s : l.scores) sum += s;
+    EXPECT_NEAR(sum, static_cast<double>(kWindow * c.num_heads / c.num_kv_heads), 1e-3);
+  }
+  // Over it: each lane keeps the sinks, the window and the best pooled of the rest.
+  const StepResult r = run_chunk(20, 23);
+  EXPECT_GT(r.stats.rows_evicted, 0);
+  for (int64_t lane = 0; lane < engine.cache().layout().num_lanes(); ++lane) {
+    EXPECT_EQ(static_cast<int64_t>(engine.kept_positions(ctx)[static_cast<size_t>(lane)].size()), 60);
+  }
+  // A decode-like step that writes a row observes again; one that reads only (a private
+  // token) leaves the scores as they were.
+  const std::vector<float> before = engine.cache().manager().sequence(seq).lanes[0].scores;
+  StepWork reply;
+  reply.reader = reader;
+  reply.kind = StepWork::Kind::kPrivate;
+  reply.tokens = {5};
+  ASSERT_TRUE(engine.step({reply}).ok);
+  EXPECT_EQ(engine.cache().manager().sequence(seq).lanes[0].scores, before);
+}
+
 // The context's shared rows: the one sequence that is not a reader's private suffix.
 SeqId shared_sequence(const Engine& e) {
   for (SeqId seq : e.cache().manager().sequences()) {
