@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "lorakv/cli/cli_args.h"
@@ -44,7 +45,14 @@ flags:
   --chunk N                 tokens per engine step (default 256); eviction runs between chunks
 )";
 
-const char* kMoreFlags = R"(  --threads N               CPU threads (default: libtorch's choice)
+const char* kMoreFlags = R"(  --per-head                each KV head keeps its own token set (per-head eviction); default:
+                            one set per layer, all KV heads keeping the same tokens
+  --dump-kept FILE          write, as JSON, which rows every lane (a layer, or a KV head of it
+                            with --per-head) still holds after each window's last step: per
+                            window its [begin, end), tokens, and per lane its layer, group (the
+                            KV head, or 0), positions in the window and, under h2o, each
+                            position's accumulated attention mass
+  --threads N               CPU threads (default: libtorch's choice)
   --json                    also print one JSON object as the last line of stdout
   --dtype TYPE              float32 (default) or bfloat16 activations and compute
   --weights FORM            native (default), bfloat16 or float32 (see 'lorakv generate --help')
@@ -93,7 +101,8 @@ void print_summary(const PerplexityOptions& o, size_t text_tokens, const Perplex
   std::snprintf(line, sizeof line, "scored:      %lld tokens in %lld windows of up to %lld tokens, chunks of %lld\n",
                 static_cast<long long>(t.tokens_scored), static_cast<long long>(t.windows),
                 static_cast<long long>(o.context), static_cast<long long>(o.chunk));
-  out << line << "eviction:    " << describe_eviction(o.eviction) << "\n";
+  out << line << "eviction:    " << describe_eviction(o.eviction)
+      << (o.eviction.enabled() && o.per_head_token_sets ? ", per KV head" : "") << "\n";
   std::snprintf(line, sizeof line, "perplexity:  %.4f (mean NLL %.5f nats/token)\n", t.ppl(), t.nll_mean());
   out << line;
   std::snprintf(line, sizeof line,
@@ -119,7 +128,7 @@ std::string summary_json(const PerplexityOptions& o, size_t text_tokens, const P
   j.add("tokens", t.tokens_scored).add("text_tokens", static_cast<int64_t>(text_tokens)).add("windows", t.windows);
   j.add("context", o.context).add("chunk", o.chunk).add("policy", o.eviction.policy);
   j.add("budget_tokens", o.eviction.budget_tokens).add("budget_fraction", o.eviction.budget_fraction);
-  j.add("sinks", o.eviction.sinks).add("window", o.eviction.window);
+  j.add("sinks", o.eviction.sinks).add("window", o.eviction.window).add("per_head_token_sets", o.per_head_token_sets);
   // The peak is the pools' own, inside a step too (one chunk above the budget before it
   // is evicted); after_step is what stays between steps.
   j.add("kv_bytes_peak", t.kv_bytes_high_water).add("kv_bytes_peak_after_step", t.kv_bytes_peak);
@@ -129,6 +138,48 @@ std::string summary_json(const PerplexityOptions& o, size_t text_tokens, const P
   j.add("vector_path", cpu::vector_path_name(cpu::selected_vector_path()));
   return j.str();
 }
+
+// The --dump-kept document: the settings, then each window's lanes as a WindowKept sees them.
+class KeptDump {
+ public:
+  KeptDump(const PerplexityOptions& o, const runtime::ModelConfig& c) {
+    head_.add("policy", o.eviction.policy).add("budget_tokens", o.eviction.budget_tokens);
+    head_.add("budget_fraction", o.eviction.budget_fraction).add("sinks", o.eviction.sinks);
+    head_.add("window", o.eviction.window).add("context", o.context).add("chunk", o.chunk);
+    head_.add("per_head_token_sets", o.per_head_token_sets).add("num_layers", c.num_layers);
+    head_.add("lanes_per_layer", o.per_head_token_sets ? c.num_kv_heads : int64_t{1});
+  }
+  void add(const std::pair<int64_t, int64_t>& range, const std::vector<int32_t>& tokens,
+           const std::vector<KeptLane>& lanes) {
+    JsonLine w;
+    w.add("begin", range.first).add("end", range.second).add("tokens", tokens);
+    std::vector<formats::JsonValue> items;
+    for (const KeptLane& l : lanes) {
+      JsonLine lane;
+      lane.add("layer", l.layer).add("group", l.group).add("positions", l.positions);
+      if (!l.scores.empty()) {
+        std::vector<formats::JsonValue> scores;
+        for (float x : l.scores) scores.push_back(formats::JsonValue::make_number(static_cast<double>(x)));
+        lane.add("scores", formats::JsonValue::make_array(std::move(scores)));
+      }
+      items.push_back(lane.value());
+    }
+    w.add("lanes", formats::JsonValue::make_array(std::move(items)));
+    windows_.push_back(w.value());
+  }
+  void write(const std::string& path) const {
+    JsonLine doc = head_;
+    doc.add("windows", formats::JsonValue::make_array(windows_));
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << doc.str() << "\n";
+    out.flush();
+    if (!out) throw ConfigError("cannot write the file", {path, "--dump-kept", "a writable file", "", ""});
+  }
+
+ private:
+  JsonLine head_;
+  std::vector<formats::JsonValue> windows_;
+};
 
 }  // namespace
 
@@ -149,12 +200,22 @@ int run_perplexity(const std::vector<std::string>& args, std::ostream& out, std:
   settings.windows = plan_windows(static_cast<int64_t>(tokens.size()), o.context, o.chunk);
   settings.chunk = o.chunk;
   settings.eviction = o.eviction;
+  settings.per_head_token_sets = o.per_head_token_sets;
   const formats::BpeTokenizer& tok = *loaded.tokenizer;
   if (tok.add_bos() && tok.bos_id() >= 0) settings.bos = tok.bos_id();
   const auto windows = static_cast<int64_t>(settings.windows.size());
+  KeptDump dump(o, loaded.model->config());
+  WindowKept on_kept;
+  if (!o.dump_kept_path.empty()) {
+    on_kept = [&](int64_t i, const std::vector<int32_t>& window, const std::vector<KeptLane>& lanes) {
+      dump.add(settings.windows[static_cast<size_t>(i)], window, lanes);
+    };
+  }
   const PerplexityTotals totals = score_perplexity(
       *loaded.model, tokens, settings,
-      [&](int64_t i, int64_t kv_peak, const PerplexityTotals& t) { print_progress(i, windows, kv_peak, t, err); });
+      [&](int64_t i, int64_t kv_peak, const PerplexityTotals& t) { print_progress(i, windows, kv_peak, t, err); },
+      on_kept);
+  if (!o.dump_kept_path.empty()) dump.write(o.dump_kept_path);
   print_summary(o, tokens.size(), totals, out);
   if (o.json) out << summary_json(o, tokens.size(), totals) << "\n";
   return 0;

@@ -2,8 +2,11 @@
 #include "lorakv/cli/perplexity_eval.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
+#include "lorakv/cache/cache_manager.h"
+#include "lorakv/cache/paged_kv_cache.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/common/logging.h"
 #include "lorakv/runtime/engine.h"
@@ -25,7 +28,32 @@ runtime::EngineOptions engine_options(const PerplexitySettings& s) {
   const int64_t rows = longest + std::min(s.chunk, longest) + o.block_size;
   o.base_rows = (rows + o.block_size - 1) / o.block_size * o.block_size;
   o.prefill_chunk = std::min(s.chunk, longest);
+  o.per_head_token_sets = s.per_head_token_sets;
   return o;
+}
+
+// The live rows of every lane of the window's context. The engine holds no other context
+// while a window runs, and a `full` context with one reader keeps its rows in that reader's
+// one sequence, so the cache's only sequence is it.
+std::vector<KeptLane> kept_lanes(const runtime::Engine& engine) {
+  const cache::CacheManager& manager = engine.cache().manager();
+  const std::vector<SeqId> seqs = manager.sequences();
+  LORAKV_ASSERT(seqs.size() == 1, "a perplexity window should hold one sequence, not " << seqs.size());
+  const cache::SequenceState& s = manager.sequence(seqs.front());
+  const cache::CacheLayout& layout = engine.cache().layout();
+  std::vector<KeptLane> lanes(s.lanes.size());
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    const cache::BaseLane& l = s.lanes[i];
+    KeptLane& k = lanes[i];
+    k.layer = layout.layer_of(static_cast<int64_t>(i));
+    k.group = static_cast<int64_t>(i) % layout.num_groups();
+    for (int64_t r = 0; r < l.table.num_rows; ++r) {
+      if (!l.is_live(r)) continue;
+      k.positions.push_back(l.positions[static_cast<size_t>(r)]);
+      if (!l.scores.empty()) k.scores.push_back(l.scores[static_cast<size_t>(r)]);
+    }
+  }
+  return lanes;
 }
 
 // The summed -log p of the tokens the rows of `logits` predict inside `window`: row j, at
@@ -62,7 +90,7 @@ void add_step_stats(const runtime::StepStats& s, PerplexityTotals& t) {
 
 // One window as a fresh context read by the base model; returns its peak KV bytes after a step.
 int64_t score_window(runtime::Engine& engine, const std::vector<int32_t>& window, const PerplexitySettings& s,
-                     PerplexityTotals& t) {
+                     PerplexityTotals& t, const std::function<void(const std::vector<KeptLane>&)>& on_kept) {
   runtime::ContextOptions options;
   options.mode = runtime::SharingMode::kFull;
   options.eviction = s.eviction;
@@ -81,6 +109,7 @@ int64_t score_window(runtime::Engine& engine, const std::vector<int32_t>& window
     t.kv_bytes_final = engine.memory().cache.bytes_in_use;
     peak = std::max(peak, t.kv_bytes_final);
   }
+  if (on_kept) on_kept(kept_lanes(engine));
   engine.release_context(ctx);
   return peak;
 }
@@ -88,7 +117,8 @@ int64_t score_window(runtime::Engine& engine, const std::vector<int32_t>& window
 }  // namespace
 
 PerplexityTotals score_perplexity(const runtime::LlamaModel& model, const std::vector<int32_t>& tokens,
-                                  const PerplexitySettings& settings, const WindowDone& on_window) {
+                                  const PerplexitySettings& settings, const WindowDone& on_window,
+                                  const WindowKept& on_kept) {
   PerplexityTotals t;
   if (settings.windows.empty()) return t;
   const log::Stopwatch watch;
@@ -97,7 +127,9 @@ PerplexityTotals score_perplexity(const runtime::LlamaModel& model, const std::v
     const auto [begin, end] = settings.windows[i];
     std::vector<int32_t> window(tokens.begin() + begin, tokens.begin() + end);
     if (settings.bos) window.front() = *settings.bos;
-    const int64_t peak = score_window(engine, window, settings, t);
+    std::function<void(const std::vector<KeptLane>&)> kept;
+    if (on_kept) kept = [&](const std::vector<KeptLane>& lanes) { on_kept(static_cast<int64_t>(i), window, lanes); };
+    const int64_t peak = score_window(engine, window, settings, t, kept);
     t.kv_bytes_peak = std::max(t.kv_bytes_peak, peak);
     ++t.windows;
     t.seconds = watch.seconds();

@@ -2,6 +2,7 @@
 // with the context's eviction policy at work: each window is a fresh `full` context read by
 // the base model, processed in chunks of all-logits steps (the engine evicts between them),
 // and every token after the window's first is scored by the logits of the token before it.
+// After each window, what every lane kept can be handed out (--dump-kept).
 #pragma once
 
 #include <cmath>
@@ -21,6 +22,16 @@ struct PerplexitySettings {
   int64_t chunk = 256;                               // most tokens per step
   cache::eviction::EvictionConfig eviction;
   std::optional<int32_t> bos;  // when set, replaces each window's first token (never scored)
+  bool per_head_token_sets = false;  // one token set per KV head (EngineOptions), not one per layer
+};
+
+// What one lane (a layer, or one KV head of it with per-head token sets) of a window's
+// context still holds after the window's last step: its live rows.
+struct KeptLane {
+  int64_t layer = 0;
+  int64_t group = 0;               // the KV head with per-head token sets; else 0
+  std::vector<int32_t> positions;  // in the window (0 = its first token), ascending
+  std::vector<float> scores;       // per position, the attention mass H2O ranks by; empty without one
 };
 
 // Sums so far; after the last window, the whole run's.
@@ -43,9 +54,15 @@ struct PerplexityTotals {
 // Called after each window with its index (from 0), its peak KV bytes after a step, and the totals so far.
 using WindowDone = std::function<void(int64_t window, int64_t kv_bytes_peak, const PerplexityTotals& so_far)>;
 
+// Called after each window's last step, before its context is released: the window's index,
+// the tokens it ran (with the BOS replacement) and its lanes, layer-major.
+using WindowKept =
+    std::function<void(int64_t window, const std::vector<int32_t>& tokens, const std::vector<KeptLane>& lanes)>;
+
 // Scores `tokens` (ids of `model`'s vocabulary) over settings.windows. Throws CapacityError
 // when a step is deferred (the pools, sized for the longest window and a chunk, should not).
 PerplexityTotals score_perplexity(const runtime::LlamaModel& model, const std::vector<int32_t>& tokens,
-                                  const PerplexitySettings& settings, const WindowDone& on_window = nullptr);
+                                  const PerplexitySettings& settings, const WindowDone& on_window = nullptr,
+                                  const WindowKept& on_kept = nullptr);
 
 }  // namespace lorakv::cli

@@ -38,6 +38,19 @@ void require_model(const std::string& path) {
   }
 }
 
+// The --dump-kept file is written after the run: its folder must exist now, so that a typo
+// fails before minutes of scoring, and the name must not be a folder.
+void require_writable_folder(const std::string& path) {
+  std::error_code ec;
+  if (path.empty() || fs::is_directory(path, ec)) {
+    throw ConfigError("not a file name", {path, "--dump-kept", "a file to write", path.empty() ? "nothing" : "a folder", ""});
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    throw ConfigError("no such folder", {parent.string(), "--dump-kept", "an existing folder", "nothing there", ""});
+  }
+}
+
 // The whole of the --file text; a folder, a missing or unreadable file, or no text is refused.
 std::string read_text(const std::string& path) {
   std::error_code ec;
@@ -58,8 +71,8 @@ std::string read_text(const std::string& path) {
 
 const std::set<std::string>& perplexity_value_flags() {
   static const std::set<std::string> flags = [] {
-    std::set<std::string> f = {"--model",   "--file",  "--chunk",   "--context",
-                               "--threads", "--dtype", "--weights", "--log-level"};
+    std::set<std::string> f = {"--model", "--file",    "--chunk",     "--context",  "--threads",
+                               "--dtype", "--weights", "--log-level", "--dump-kept"};
     f.insert(eviction_value_flags().begin(), eviction_value_flags().end());
     return f;
   }();
@@ -67,7 +80,7 @@ const std::set<std::string>& perplexity_value_flags() {
 }
 
 const std::set<std::string>& perplexity_bool_flags() {
-  static const std::set<std::string> flags = {"--json", "--help"};
+  static const std::set<std::string> flags = {"--json", "--per-head", "--help"};
   return flags;
 }
 
@@ -85,6 +98,11 @@ PerplexityOptions parse_perplexity_options(const CliArgs& a) {
   o.chunk = a.get_int("--chunk", o.chunk, 1, kMaxTokens);
   o.threads = a.get_int("--threads", 0, 1, 4096);
   o.json = a.has("--json");
+  o.per_head_token_sets = a.has("--per-head");
+  if (auto dump = a.get("--dump-kept")) {
+    o.dump_kept_path = *dump;
+    require_writable_folder(o.dump_kept_path);
+  }
   o.dtype = for_flag("--dtype", a, [&] { return runtime::parse_model_dtype(a.get("--dtype").value_or("float32")); });
   o.weights =
       for_flag("--weights", a, [&] { return runtime::parse_weight_form(a.get("--weights").value_or("native")); });

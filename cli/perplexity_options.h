@@ -27,6 +27,8 @@ struct PerplexityOptions {
   int64_t chunk = 256;                       // most tokens one engine step processes, >= 1
   int64_t threads = 0;                       // 0: libtorch's default
   bool json = false;
+  bool per_head_token_sets = false;  // --per-head: one token set per KV head
+  std::string dump_kept_path;        // --dump-kept: where the kept rows per lane go ("" = nowhere)
   at::ScalarType dtype = at::kFloat;
   runtime::WeightForm weights = runtime::WeightForm::kNative;
   std::optional<log::Level> log_level;

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# tools/setup_python.sh [test|bench]: a Python virtual environment from a pinned lock file.
-#   test  (default) the pinned libtorch and the test oracles: tools/requirements.lock, .venv
-#   bench what the benchmarks need besides it (matplotlib for their plots, llama-cpp-python
-#         compiled for this CPU with GGML_NATIVE=ON): tools/requirements-bench.lock,
-#         .venv-bench. Its cache key includes the CPU's model and flags, since the native
-#         build runs only on CPUs like the one it was built on.
+# tools/setup_python.sh [test|bench|kvpress]: a Python environment from a pinned lock file.
+#   test    (default) the pinned libtorch and the test oracles: tools/requirements.lock, .venv
+#   bench   what the benchmarks need besides it (matplotlib for their plots, llama-cpp-python
+#           compiled for this CPU with GGML_NATIVE=ON): tools/requirements-bench.lock,
+#           .venv-bench. Its cache key includes the CPU's model and flags, since the native
+#           build runs only on CPUs like the one it was built on.
+#   kvpress the kvpress oracle's packages (tools/requirements-kvpress.lock), layered on the
+#           test environment instead of a venv of its own, so as not to fetch a second torch:
+#           a folder installed with pip --target --no-deps that goes first on PYTHONPATH for
+#           .venv's python (its transformers shadows the test one there only), linked as
+#           .kvpress-site. Needs the test environment; its cache key includes that lock too.
 # Each lives in a cache outside the clone, keyed by its lock file, the Python version and the
 # machine, so fresh clones reuse it; the link in the repo is git-ignored. A lock file
 # serialises clones that set it up at the same time, and the completion marker is written
@@ -39,7 +44,16 @@ case "$profile" in
     fi
     machine_id="$(grep -m2 -E '^(model name|flags)' /proc/cpuinfo 2>/dev/null || true) $cmake_args"
     ;;
-  *) die "unknown environment '$profile' (use: test or bench)" ;;
+  kvpress)
+    LOCK="$LORAKV_ROOT/tools/requirements-kvpress.lock"
+    link="$LORAKV_ROOT/.kvpress-site"
+    imports="kvpress, transformers"
+    # Keyed by the test lock too: it supplies torch and whatever this lock does not list.
+    machine_id="$(cat "$LORAKV_ROOT/tools/requirements.lock")"
+    [ -x "$LORAKV_VENV/bin/python" ] && "$LORAKV_VENV/bin/python" -c 'import torch' 2>/dev/null \
+      || die "the kvpress environment builds on the test one: run tools/setup_python.sh first"
+    ;;
+  *) die "unknown environment '$profile' (use: test, bench or kvpress)" ;;
 esac
 command -v python3 >/dev/null || die "python3 not found; run tools/setup_system.sh first"
 python3 -c 'import venv, ensurepip' 2>/dev/null \
@@ -48,11 +62,18 @@ py_id=$(python3 -c 'import sys, platform; print(sys.version.split()[0], platform
 key=$( { cat "$LOCK"; echo "$py_id"; [ -z "$machine_id" ] || echo "$machine_id"; } | sha256sum | cut -c1-16)
 prefix=venv
 [ "$profile" = test ] || prefix="venv-$profile"
+[ "$profile" != kvpress ] || prefix="site-kvpress"
 target="$LORAKV_CACHE_DIR/$prefix-$key"
 mkdir -p "$LORAKV_CACHE_DIR"
 
 check_env() {
-  "$target/bin/python" -c "import $imports" 2>/dev/null
+  if [ "$profile" = kvpress ]; then
+    # Its transformers, not the test environment's, must be the one imported.
+    PYTHONPATH="$target" "$LORAKV_VENV/bin/python" -c "import $imports, sys
+sys.exit(not transformers.__file__.startswith('$target/'))" 2>/dev/null
+  else
+    "$target/bin/python" -c "import $imports" 2>/dev/null
+  fi
 }
 
 # One setup at a time per environment: a second clone waits here instead of deleting a
@@ -63,16 +84,24 @@ if ! flock -n 9; then
   flock 9
 fi
 if [ ! -f "$target/.lorakv-complete" ] || ! check_env; then
-  echo "creating the Python environment in $target (python $py_id; first time: downloads its packages, up to ~3 GB and several minutes)"
+  size="up to ~3 GB and several minutes"
+  [ "$profile" != kvpress ] || size="about 80 MB to download, 380 MB on disk, under a minute"
+  echo "creating the Python environment in $target (python $py_id; first time: downloads its packages, $size)"
   rm -rf "$target"
-  python3 -m venv "$target"
-  "$target/bin/python" -m pip install -q --upgrade pip \
-    || die "pip could not upgrade itself in $target; is the Python package index reachable? (rerun to retry)"
-  # llama-cpp-python compiles llama.cpp (several minutes). --no-cache-dir: pip would
-  # otherwise reuse a wheel it built earlier with the other profile's flags.
-  CMAKE_ARGS="$cmake_args" \
-    "$target/bin/python" -m pip install -q --no-cache-dir -r "$LOCK" \
-    || die "pip install -r tools/$(basename "$LOCK") failed in $target (see pip's message above; rerun to retry)"
+  if [ "$profile" = kvpress ]; then
+    # --no-deps: the lock lists exactly what the test environment lacks or must shadow.
+    "$LORAKV_VENV/bin/python" -m pip install -q --no-deps --target "$target" -r "$LOCK" \
+      || die "pip install --target $target -r tools/$(basename "$LOCK") failed (see pip's message above; rerun to retry)"
+  else
+    python3 -m venv "$target"
+    "$target/bin/python" -m pip install -q --upgrade pip \
+      || die "pip could not upgrade itself in $target; is the Python package index reachable? (rerun to retry)"
+    # llama-cpp-python compiles llama.cpp (several minutes). --no-cache-dir: pip would
+    # otherwise reuse a wheel it built earlier with the other profile's flags.
+    CMAKE_ARGS="$cmake_args" \
+      "$target/bin/python" -m pip install -q --no-cache-dir -r "$LOCK" \
+      || die "pip install -r tools/$(basename "$LOCK") failed in $target (see pip's message above; rerun to retry)"
+  fi
   check_env || die "the new environment in $target cannot import $imports"
   touch "$target/.lorakv-complete"
 fi

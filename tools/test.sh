@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # tools/test.sh: sets everything up and runs every test (C++ unit tests, and parity
-# against transformers and llama.cpp's tokenizer, whose oracles CTest runs as fixtures).
+# against transformers, llama.cpp's tokenizer and kvpress, whose oracles CTest runs as
+# fixtures).
 source "$(dirname "$0")/common.sh"
 
 phase "system packages" bash "$LORAKV_ROOT/tools/setup_system.sh"
 phase "python environment" bash "$LORAKV_ROOT/tools/setup_python.sh"
+# kvpress, the eviction oracle, needs an older transformers: a folder layered on the above.
+phase "python environment (kvpress oracle)" bash "$LORAKV_ROOT/tools/setup_python.sh" kvpress
 phase "model" bash "$LORAKV_ROOT/tools/fetch_model.sh"
 phase "build" bash "$LORAKV_ROOT/tools/build.sh"
 # Two test processes run at once on two cores, each with two OpenMP threads: with libgomp's

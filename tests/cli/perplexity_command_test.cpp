@@ -2,12 +2,16 @@
 // English text (tests/cli/data/perplexity_prose.txt, about 550 tokens): without eviction
 // the perplexity is plausible and --json's last line parses; streaming_llm and h2o with a
 // 64-token budget hold fewer KV bytes at their peak for a perplexity no better than 0.9x the
-// full cache's; bad flags exit non-zero with a message naming the flag, before any load.
-// Every run uses 256-token windows in 32-token chunks: three windows, a few seconds each.
+// full cache's; --dump-kept shows, after each window, what every lane kept (for
+// streaming_llm: the sinks and the newest rows); bad flags exit non-zero with a message
+// naming the flag, before any load. Every run uses 256-token windows in 32-token chunks:
+// three windows, a few seconds each. tests/cli/kvpress_parity_test.cpp compares the kept
+// rows with kvpress's.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -54,6 +58,7 @@ std::string last_line(const std::string& text) {
 struct PerplexityRun {
   Outcome outcome;
   formats::JsonValue json;
+  formats::JsonValue kept;  // the --dump-kept file (runs with a policy)
 };
 
 const PerplexityRun& run_with(const std::string& policy) {
@@ -61,10 +66,15 @@ const PerplexityRun& run_with(const std::string& policy) {
   auto it = runs.find(policy);
   if (it != runs.end()) return it->second;
   std::vector<std::string> extra = {"--file", prose_path(), "--context", "256", "--chunk", "32", "--json"};
-  if (policy != "none") extra.insert(extra.end(), {"--policy", policy, "--budget", "64"});
+  const std::string dump = lorakv::testing::temp_path("kept-" + policy + ".json");
+  if (policy != "none") extra.insert(extra.end(), {"--policy", policy, "--budget", "64", "--dump-kept", dump});
   PerplexityRun r;
   r.outcome = run(perplexity_args(lorakv::testing::test_setting("LORAKV_MODEL"), extra));
   if (r.outcome.code == 0) r.json = formats::parse_json(last_line(r.outcome.out));
+  if (r.outcome.code == 0 && policy != "none") {
+    std::ifstream in(dump, std::ios::binary);
+    r.kept = formats::parse_json(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  }
   return runs.emplace(policy, std::move(r)).first->second;
 }
 
@@ -115,7 +125,47 @@ void expect_budget_saves_memory(const std::string& policy) {
   EXPECT_GE(ppl, 0.9 * full.json.at("ppl").as_double());
 }
 
-TEST(PerplexityCommand, StreamingLlmBudgetHoldsLessKv) { expect_budget_saves_memory("streaming_llm"); }
+// --dump-kept of the streaming_llm run: after each window's last step every layer keeps
+// the 4 sinks and the newest 60 rows, in window positions (all of a window within the
+// budget: the last one here has 34 tokens); three windows as planned, with their tokens.
+void expect_dump_shows_each_windows_lanes(const PerplexityRun& r) {
+  ASSERT_EQ(r.outcome.code, 0) << r.outcome.err;
+  const formats::JsonValue& d = r.kept;
+  EXPECT_EQ(d.at("policy").as_string(), "streaming_llm");
+  EXPECT_EQ(d.at("budget_tokens").as_int(), 64);
+  EXPECT_FALSE(d.at("per_head_token_sets").as_bool());
+  EXPECT_EQ(d.at("lanes_per_layer").as_int(), 1);
+  const int64_t layers = d.at("num_layers").as_int();
+  const auto windows = plan_windows(r.json.at("text_tokens").as_int(), 256, 32);
+  ASSERT_EQ(d.at("windows").size(), windows.size());
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const formats::JsonValue& w = d.at("windows").at(i);
+    const auto [begin, end] = windows[i];
+    EXPECT_EQ(w.at("begin").as_int(), begin);
+    EXPECT_EQ(w.at("end").as_int(), end);
+    EXPECT_EQ(static_cast<int64_t>(w.at("tokens").size()), end - begin);
+    const int64_t length = end - begin;
+    std::vector<int64_t> expected;
+    for (int64_t p = 0; p < length; ++p) {
+      if (length <= 64 || p < 4 || p >= length - 60) expected.push_back(p);
+    }
+    ASSERT_EQ(static_cast<int64_t>(w.at("lanes").size()), layers);
+    for (size_t l = 0; l < w.at("lanes").size(); ++l) {
+      const formats::JsonValue& lane = w.at("lanes").at(l);
+      EXPECT_EQ(lane.at("layer").as_int(), static_cast<int64_t>(l));
+      EXPECT_FALSE(lane.contains("scores"));  // streaming_llm ranks nothing
+      std::vector<int64_t> positions;
+      for (const formats::JsonValue& p : lane.at("positions").as_array()) positions.push_back(p.as_int());
+      EXPECT_EQ(positions, expected) << "window " << i << ", layer " << l;
+    }
+  }
+}
+
+// One test for both: CTest runs each test in its own process, and the run is the same.
+TEST(PerplexityCommand, StreamingLlmBudgetHoldsLessKvAndDumpKeptShowsItsLanes) {
+  expect_budget_saves_memory("streaming_llm");
+  expect_dump_shows_each_windows_lanes(run_with("streaming_llm"));
+}
 
 TEST(PerplexityCommand, H2oBudgetHoldsLessKv) { expect_budget_saves_memory("h2o"); }
 
@@ -135,6 +185,8 @@ TEST(PerplexityCommand, BadFlagsExitNonZeroNamingTheFlag) {
       {{"--file", text, "--policy", "h2o"}, "[--budget]"},
       {{"--file", text, "--chunk", "0"}, "[--chunk]"},
       {{"--file", text, "--context", "1"}, "[--context]"},
+      {{"--file", text, "--dump-kept", folder}, "[--dump-kept]"},
+      {{"--file", text, "--dump-kept", folder + "/no-such-folder/kept.json"}, "[--dump-kept]"},
       {{}, "[--file]"},
       {{"--file", folder}, "[--file]"},
       {{"--file", folder + "/no-such-file.txt"}, "[--file]"},
@@ -171,7 +223,7 @@ TEST(PerplexityCommand, HelpNamesTheFlags) {
   const Outcome o = run({"perplexity", "--help"});
   EXPECT_EQ(o.code, 0);
   for (const char* flag : {"--model", "--file", "--policy", "--budget", "--sinks", "--window", "--chunk", "--context",
-                           "--threads", "--json"}) {
+                           "--threads", "--json", "--per-head", "--dump-kept"}) {
     EXPECT_NE(o.out.find(flag), std::string::npos) << flag;
   }
 }

@@ -1,0 +1,328 @@
+// tests/cli/kvpress_parity_test.cpp: lorakv's eviction policies against kvpress, NVIDIA's
+// KV-cache compression library (tools/kvpress_oracle.py), on the real model and the
+// perplexity prose (546 tokens). kvpress compresses once, inside one prefill, keeping
+// int(n * (1 - ratio)) rows per layer and KV head; here `lorakv perplexity` runs the same
+// tokens as one window of one chunk (--context = --chunk = n), so the engine evicts once,
+// after that step, to a budget of kvpress's kept count, and --dump-kept shows what each lane
+// (a layer, or a KV head with --per-head) keeps. Ratios 0.5 and 0.75.
+//   - streaming_llm with 4 sinks keeps exactly StreamingLLMPress(n_sink=4)'s tokens, in
+//     every layer and KV head.
+//   - h2o and ObservedAttentionPress rank rows by the same attention, normalised apart. For
+//     key j of n, lorakv's score is the softmax mass it received, summed over its n - j
+//     queries and the lane's query heads; kvpress's is that sum divided by n - j (a mean
+//     over the queries that can see it) and by the 3 query heads of its KV head. So per KV
+//     head: lorakv mass == kvpress score * (n - j) * 3, checked row by row; normalised by
+//     n - j, lorakv's mass keeps exactly kvpress's tokens; as it is (H2O's rule) it keeps the
+//     top of its mass, which leans to older rows (more queries saw them) where kvpress's
+//     mean leans to newer ones: their overlap is printed, not asserted.
+//   - Without --per-head a lane is a layer: lorakv sums the mass over the layer's 3 KV heads
+//     and keeps one token set, where kvpress keeps one per KV head; it keeps the top of the
+//     summed mass, and its overlap with each KV head's kvpress set is printed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "lorakv/cli/cli.h"
+#include "lorakv/formats/json.h"
+#include "tests/support/gguf_builder.h"
+#include "tests/support/test_settings.h"
+
+namespace lorakv::cli {
+namespace {
+
+// Relative tolerance of one row's attention mass, lorakv against transformers (kvpress's
+// scores times n - j and the group size). A row's mass is a sum of softmax probabilities
+// p_ij; to first order each p_ij moves by p_ij * (ds_ij - sum_k p_ik ds_ik), where ds is the
+// error of the scaled scores q.k / sqrt(64), so a sum of such positive terms moves by at most
+// 2 max |ds| of itself, whatever its size. q and k come from float32 hidden states that the
+// two implementations compute within ~2e-6 of each other (see kFloat32LogitsTolerance), and
+// scores reach tens, so ds is ~1e-5. Measured: at most 2.0e-5 of a row's mass over all 90
+// (layer, KV head) lanes and 546 rows (3e-6 of a lane's largest). 1e-4 is five times that.
+constexpr double kMassTolerance = 1e-4;
+constexpr double kRatios[] = {0.5, 0.75};
+constexpr int64_t kSinks = 4;  // StreamingLLMPress(n_sink=4)
+
+std::string prose_path() {
+  return lorakv::testing::test_setting("LORAKV_SOURCE_DIR") + "/tests/cli/data/perplexity_prose.txt";
+}
+
+formats::JsonValue read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return formats::parse_json(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+}
+
+std::vector<int32_t> ints(const formats::JsonValue& v) {
+  std::vector<int32_t> out;
+  for (const formats::JsonValue& e : v.as_array()) out.push_back(static_cast<int32_t>(e.as_int()));
+  return out;
+}
+
+std::vector<double> doubles(const formats::JsonValue& v) {
+  std::vector<double> out;
+  for (const formats::JsonValue& e : v.as_array()) out.push_back(e.as_double());
+  return out;
+}
+
+// What kvpress kept and scored (tools/kvpress_oracle.py's JSON).
+struct Kvpress {
+  std::vector<int32_t> tokens;
+  int64_t num_layers = 0, num_kv_heads = 0, group = 0;  // group: query heads per KV head
+  // [press name][ratio] -> kept[layer][kv_head] = positions, ascending
+  std::map<std::string, std::map<double, std::vector<std::vector<std::vector<int32_t>>>>> kept;
+  std::vector<std::vector<std::vector<double>>> observed_scores;  // [layer][kv_head][position]
+
+  int64_t n() const { return static_cast<int64_t>(tokens.size()); }
+  // How many rows the press kept per layer and KV head at this ratio: the budget to give lorakv.
+  int64_t kept_count(const std::string& press, double ratio) const {
+    return static_cast<int64_t>(kept.at(press).at(ratio).front().front().size());
+  }
+  // ObservedAttentionPress's score in lorakv's unit: the mass summed over queries and heads.
+  double mass(int64_t layer, int64_t head, int64_t j) const {
+    return observed_scores[static_cast<size_t>(layer)][static_cast<size_t>(head)][static_cast<size_t>(j)] *
+           static_cast<double>(n() - j) * static_cast<double>(group);
+  }
+};
+
+const Kvpress& kvpress() {
+  static const Kvpress k = [] {
+    const formats::JsonValue j =
+        read_json(lorakv::testing::test_setting("LORAKV_ORACLE_DIR") + std::string("/kvpress_kept.json"));
+    Kvpress r;
+    r.tokens = ints(j.at("tokens"));
+    r.num_layers = j.at("num_layers").as_int();
+    r.num_kv_heads = j.at("num_kv_heads").as_int();
+    r.group = j.at("num_heads").as_int() / r.num_kv_heads;
+    for (const formats::JsonValue& p : j.at("presses").as_array()) {
+      auto& kept = r.kept[p.at("press").as_string()][p.at("compression_ratio").as_double()];
+      for (const formats::JsonValue& layer : p.at("kept").as_array()) {
+        kept.emplace_back();
+        for (const formats::JsonValue& head : layer.as_array()) kept.back().push_back(ints(head));
+      }
+    }
+    for (const formats::JsonValue& layer : j.at("observed_attention_scores").as_array()) {
+      r.observed_scores.emplace_back();
+      for (const formats::JsonValue& head : layer.as_array()) r.observed_scores.back().push_back(doubles(head));
+    }
+    return r;
+  }();
+  return k;
+}
+
+struct Lane {
+  int64_t layer = 0, group = 0;
+  std::vector<int32_t> positions;
+  std::vector<double> scores;
+};
+
+// `lorakv perplexity` over the whole prose as one window and one chunk, with --dump-kept;
+// the lanes it kept. One run per setting per process, shared by the tests that read it.
+const std::vector<Lane>& lorakv_kept(const std::string& policy, int64_t budget, bool per_head) {
+  static std::map<std::string, std::vector<Lane>> runs;
+  const std::string key = policy + " " + std::to_string(budget) + (per_head ? " per-head" : "");
+  auto it = runs.find(key);
+  if (it != runs.end()) {
+    // A run that failed keeps no lanes: every test that reads it fails, not only the first.
+    if (it->second.empty()) ADD_FAILURE() << key << ": the lorakv run failed (see the first test that made it)";
+    return it->second;
+  }
+  const std::string n = std::to_string(kvpress().n());
+  const std::string dump = lorakv::testing::temp_path("kept.json");
+  std::vector<std::string> args = {"perplexity", "--model", lorakv::testing::test_setting("LORAKV_MODEL"),
+                                   "--file", prose_path(), "--context", n, "--chunk", n, "--log-level", "off",
+                                   "--policy", policy, "--budget", std::to_string(budget),
+                                   "--sinks", std::to_string(policy == "streaming_llm" ? kSinks : 0),
+                                   "--window", "0", "--dump-kept", dump};
+  if (per_head) args.push_back("--per-head");
+  std::ostringstream out, err;
+  std::vector<Lane>& lanes = runs[key];
+  const int code = run_cli_main(args, out, err);
+  EXPECT_EQ(code, 0) << key << ": " << err.str();
+  if (code != 0) return lanes;
+  const formats::JsonValue d = read_json(dump);
+  std::remove(dump.c_str());
+  EXPECT_EQ(d.at("per_head_token_sets").as_bool(), per_head);
+  const formats::JsonValue& windows = d.at("windows");
+  EXPECT_EQ(windows.size(), 1u) << key;
+  const formats::JsonValue& w = windows.at(0);
+  EXPECT_EQ(w.at("begin").as_int(), 0);
+  EXPECT_EQ(w.at("end").as_int(), kvpress().n());
+  // Same text, same tokenizer: the oracle tokenized with llama.cpp's, lorakv with its own.
+  EXPECT_EQ(ints(w.at("tokens")), kvpress().tokens) << key;
+  for (const formats::JsonValue& l : w.at("lanes").as_array()) {
+    Lane lane{l.at("layer").as_int(), l.at("group").as_int(), ints(l.at("positions")), {}};
+    if (l.contains("scores")) lane.scores = doubles(l.at("scores"));
+    lanes.push_back(std::move(lane));
+  }
+  EXPECT_EQ(static_cast<int64_t>(lanes.size()), kvpress().num_layers * (per_head ? kvpress().num_kv_heads : 1)) << key;
+  return lanes;
+}
+
+// How a kept set compares with the top `k` of a reference ranking `ref` (one value per
+// position 0..n-1, higher kept first). A row kept in place of a heavier one is a near tie
+// when both rows' reference values lie within `tie` (relative) of the k-th largest: two
+// values each within kMassTolerance of the truth may trade places then. Any other row on
+// the wrong side of the k-th largest is unexplained.
+struct TopCheck {
+  int64_t near_ties = 0;    // kept rows below the k-th largest, within the tie
+  int64_t unexplained = 0;  // kept rows below the tie, or dropped rows above it
+};
+
+TopCheck compare_with_top(const std::vector<double>& ref, const std::vector<int32_t>& kept, int64_t k,
+                          double tie = 2 * kMassTolerance) {
+  std::vector<double> sorted = ref;
+  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<double>());
+  const double t = sorted[static_cast<size_t>(k - 1)];
+  const std::set<int32_t> in(kept.begin(), kept.end());
+  TopCheck c;
+  for (size_t j = 0; j < ref.size(); ++j) {
+    const bool is_kept = in.count(static_cast<int32_t>(j)) > 0;
+    if (is_kept && ref[j] < t) {
+      (ref[j] < t * (1 - tie) ? c.unexplained : c.near_ties) += 1;
+    } else if (!is_kept && ref[j] > t) {
+      c.unexplained += ref[j] > t * (1 + tie);
+    }
+  }
+  return c;
+}
+
+double overlap(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  std::vector<int32_t> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return static_cast<double>(both.size()) / static_cast<double>(std::max(a.size(), b.size()));
+}
+
+struct Overlap {
+  double min = 1, sum = 0;
+  int64_t count = 0;
+  void add(double x) {
+    min = std::min(min, x);
+    sum += x;
+    ++count;
+  }
+  void print(const std::string& what) const {
+    std::printf("[kvpress] %s: overlap with ObservedAttentionPress's kept tokens min %.3f mean %.3f over %lld sets\n",
+                what.c_str(), min, sum / static_cast<double>(count), static_cast<long long>(count));
+  }
+};
+
+TEST(KvpressParity, StreamingLlmKeepsExactlyTheTokensKvpressKeeps) {
+  const Kvpress& k = kvpress();
+  for (double ratio : kRatios) {
+    const int64_t budget = k.kept_count("streaming_llm", ratio);
+    const auto& reference = k.kept.at("streaming_llm").at(ratio);
+    for (const Lane& lane : lorakv_kept("streaming_llm", budget, false)) {
+      EXPECT_EQ(lane.positions.size(), reference[static_cast<size_t>(lane.layer)].front().size());
+      // One set per layer: every KV head's kvpress set must be it.
+      for (int64_t h = 0; h < k.num_kv_heads; ++h) {
+        EXPECT_EQ(lane.positions, reference[static_cast<size_t>(lane.layer)][static_cast<size_t>(h)])
+            << "ratio " << ratio << ", layer " << lane.layer << ", KV head " << h;
+      }
+    }
+  }
+}
+
+// A budget of n: nothing is evicted, and every row's mass is in the dump. One test for both
+// checks, so that the run is made once.
+TEST(KvpressParity, H2oMassIsObservedAttentionUndividedAndKeepsItsTokensDivided) {
+  const Kvpress& k = kvpress();
+  const std::vector<Lane>& lanes = lorakv_kept("h2o", k.n(), true);
+  double worst = 0;
+  for (const Lane& lane : lanes) {
+    ASSERT_EQ(static_cast<int64_t>(lane.positions.size()), k.n());
+    ASSERT_EQ(lane.scores.size(), lane.positions.size());
+    for (size_t r = 0; r < lane.positions.size(); ++r) {
+      const double ref = k.mass(lane.layer, lane.group, lane.positions[r]);
+      const double rel = std::abs(lane.scores[r] - ref) / ref;
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, kMassTolerance) << "layer " << lane.layer << ", KV head " << lane.group << ", position "
+                                     << lane.positions[r] << ": lorakv " << lane.scores[r] << ", kvpress " << ref;
+    }
+  }
+  std::printf("[kvpress] h2o attention mass against kvpress's scores * (n - j) * %lld: max relative error %.3g\n",
+              static_cast<long long>(k.group), worst);
+  // Divided as ObservedAttentionPress divides, lorakv's mass keeps kvpress's tokens: the
+  // normalisation is the whole difference between the two rankings.
+  for (double ratio : kRatios) {
+    const auto& reference = k.kept.at("observed_attention").at(ratio);
+    int64_t near_ties = 0;
+    for (const Lane& lane : lanes) {
+      const std::vector<int32_t>& theirs = reference[static_cast<size_t>(lane.layer)][static_cast<size_t>(lane.group)];
+      std::vector<double> divided(lane.scores.size());
+      for (size_t j = 0; j < divided.size(); ++j) {
+        divided[j] = lane.scores[j] / static_cast<double>(k.n() - static_cast<int64_t>(j));
+      }
+      const TopCheck c = compare_with_top(divided, theirs, static_cast<int64_t>(theirs.size()));
+      EXPECT_EQ(c.unexplained, 0) << "ratio " << ratio << ", layer " << lane.layer << ", KV head " << lane.group;
+      near_ties += c.near_ties;
+    }
+    std::printf("[kvpress] ratio %.2f: lorakv's mass / (n - j) keeps ObservedAttentionPress's tokens (%lld near ties)\n",
+                ratio, static_cast<long long>(near_ties));
+  }
+}
+
+TEST(KvpressParity, H2oPerHeadKeepsTheHeaviestMass) {
+  const Kvpress& k = kvpress();
+  for (double ratio : kRatios) {
+    const int64_t budget = k.kept_count("observed_attention", ratio);
+    const auto& reference = k.kept.at("observed_attention").at(ratio);
+    Overlap o;
+    int64_t near_ties = 0;
+    for (const Lane& lane : lorakv_kept("h2o", budget, true)) {
+      const std::vector<int32_t>& theirs = reference[static_cast<size_t>(lane.layer)][static_cast<size_t>(lane.group)];
+      ASSERT_EQ(lane.positions.size(), theirs.size()) << "layer " << lane.layer;
+      std::vector<double> mass(static_cast<size_t>(k.n()));
+      for (int64_t j = 0; j < k.n(); ++j) mass[static_cast<size_t>(j)] = k.mass(lane.layer, lane.group, j);
+      const TopCheck c = compare_with_top(mass, lane.positions, static_cast<int64_t>(theirs.size()));
+      EXPECT_EQ(c.unexplained, 0) << "ratio " << ratio << ", layer " << lane.layer << ", KV head " << lane.group;
+      near_ties += c.near_ties;
+      o.add(overlap(lane.positions, theirs));
+    }
+    char what[96];
+    std::snprintf(what, sizeof what, "h2o per KV head, ratio %.2f (%lld near ties)", ratio,
+                  static_cast<long long>(near_ties));
+    o.print(what);
+  }
+}
+
+TEST(KvpressParity, H2oPerLayerKeepsTheHeaviestMassSummedOverKvHeads) {
+  const Kvpress& k = kvpress();
+  for (double ratio : kRatios) {
+    const int64_t budget = k.kept_count("observed_attention", ratio);
+    const auto& reference = k.kept.at("observed_attention").at(ratio);
+    Overlap o;
+    int64_t near_ties = 0;
+    for (const Lane& lane : lorakv_kept("h2o", budget, false)) {
+      const int64_t n_kept = static_cast<int64_t>(reference[static_cast<size_t>(lane.layer)].front().size());
+      ASSERT_EQ(static_cast<int64_t>(lane.positions.size()), n_kept) << "layer " << lane.layer;
+      std::vector<double> mass(static_cast<size_t>(k.n()), 0.0);
+      for (int64_t h = 0; h < k.num_kv_heads; ++h) {
+        for (int64_t j = 0; j < k.n(); ++j) mass[static_cast<size_t>(j)] += k.mass(lane.layer, h, j);
+      }
+      const TopCheck c = compare_with_top(mass, lane.positions, n_kept);
+      EXPECT_EQ(c.unexplained, 0) << "ratio " << ratio << ", layer " << lane.layer;
+      near_ties += c.near_ties;
+      for (int64_t h = 0; h < k.num_kv_heads; ++h) {
+        o.add(overlap(lane.positions, reference[static_cast<size_t>(lane.layer)][static_cast<size_t>(h)]));
+      }
+    }
+    char what[96];
+    std::snprintf(what, sizeof what, "h2o per layer, ratio %.2f (%lld near ties)", ratio,
+                  static_cast<long long>(near_ties));
+    o.print(what);
+  }
+}
+
+}  // namespace
+}  // namespace lorakv::cli
