@@ -1,6 +1,7 @@
 // cli/eviction_flags.cpp: --policy, --budget, --sinks and --window into an EvictionConfig.
 #include "lorakv/cli/eviction_flags.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -53,12 +54,49 @@ void parse_budget(const std::string& text, const CliArgs& args, EvictionConfig& 
   config.budget_tokens = *tokens;
 }
 
+// --layer-budgets: pyramid, flat, or a comma-separated weight per layer (a list).
+void parse_layer_budgets(const std::string& text, const CliArgs& args, EvictionConfig& config) {
+  if (text == "pyramid" || text == "flat") {
+    config.layer_budgets = text;
+    return;
+  }
+  config.layer_budgets = "list";
+  size_t from = 0;
+  while (from <= text.size()) {
+    const size_t comma = std::min(text.find(',', from), text.size());
+    const std::optional<double> w = whole_double(text.substr(from, comma - from));
+    if (!w || !(*w > 0)) {
+      throw ConfigError("invalid value", {"", "--layer-budgets", "pyramid, flat, or one positive weight per layer (1,1,2,...)",
+                                          "'" + text + "'", args.help_hint()});
+    }
+    config.layer_weights.push_back(*w);
+    from = comma + 1;
+  }
+}
+
+// The policies' own keys (scoring, per-layer and per-head budgets, leverage's rank).
+void parse_policy_keys(const CliArgs& args, EvictionConfig& config) {
+  config.scoring = args.get("--scoring").value_or(config.scoring);
+  if (const std::optional<std::string> curve = args.get("--layer-budgets")) parse_layer_budgets(*curve, args, config);
+  config.pyramid_beta = args.get_double("--pyramid-beta", config.pyramid_beta, 1, 1e6);
+  config.head_floor = args.get_double("--head-floor", config.head_floor, 0, 1);
+  config.leverage_rank = args.get_int("--leverage-rank", config.leverage_rank, 1, 1 << 16);
+}
+
 // A flag that only means something with a policy, given without one.
 void refuse_without_policy(const CliArgs& args, const std::string& flag) {
   if (!args.has(flag)) return;
   throw ConfigError(flag + " needs an eviction policy",
-                    {"", flag, "--policy streaming_llm or --policy h2o", "policy none",
+                    {"", flag, "--policy NAME (see --help)", "policy none",
                      "add --policy, or drop " + flag + " to keep every row"});
+}
+
+// A key of EvictionConfig::check as its flag: layer_weights -> --layer-budgets, pyramid_beta
+// -> --pyramid-beta.
+std::string flag_of_key(std::string key) {
+  if (key == "layer_weights") return "--layer-budgets";
+  std::replace(key.begin(), key.end(), '_', '-');
+  return "--" + key;
 }
 
 // EvictionConfig::check's key (".budget" under an empty prefix) as the flag it came from.
@@ -67,7 +105,7 @@ void check_naming_flags(const EvictionConfig& config, const CliArgs& args) {
     config.check("");
   } catch (const ConfigError& e) {
     ErrorContext c = e.context();
-    if (!c.key.empty() && c.key[0] == '.') c.key = "--" + c.key.substr(1);
+    if (!c.key.empty() && c.key[0] == '.') c.key = flag_of_key(c.key.substr(1));
     if (c.hint.empty()) c.hint = args.help_hint();
     throw ConfigError(e.message(), c);
   }
@@ -84,18 +122,32 @@ void check_policy_name(const std::string& policy, const CliArgs& args) {
 }  // namespace
 
 const std::set<std::string>& eviction_value_flags() {
-  static const std::set<std::string> flags = {"--policy", "--budget", "--sinks", "--window"};
+  static const std::set<std::string> flags = {"--policy",        "--budget",       "--sinks",      "--window",
+                                              "--scoring",       "--layer-budgets", "--pyramid-beta", "--head-floor",
+                                              "--leverage-rank"};
   return flags;
 }
 
 const char* eviction_flags_help() {
   return R"(  --policy NAME             KV eviction: none (default: every row kept), streaming_llm (the
-                            first --sinks and the newest rows), or h2o (the rows with the most
-                            attention so far); the engine evicts after every step
+                            first --sinks and the newest rows), h2o (the most attention so far),
+                            snapkv (the most attention from the newest --window queries),
+                            pyramidkv (snapkv with per-layer budgets), adakv (snapkv with a
+                            layer's budget spread over its KV heads; needs --per-head where the
+                            command has it), leverage (keys most in the keys' main directions);
+                            the engine evicts after every step
   --budget N|F              with a policy (required): N >= 1 rows kept per layer and head group, or
                             F in (0, 1] (written with a '.') of the context's tokens
   --sinks N                 first positions never evicted (default 4)
-  --window N                newest rows never evicted (default 16)
+  --window N                newest rows never evicted (default 16); the snapkv family's
+                            observation window
+  --scoring sum|max|writer  whose attention scores a shared row: every reader's summed, the max
+                            over readers, or the writer's alone (default: sum for h2o, writer for
+                            the snapkv family)
+  --layer-budgets CURVE     pyramidkv: pyramid (default), flat, or weights per layer (1,1,2,...)
+  --pyramid-beta B          pyramidkv: the pyramid's steepness, >= 1 (default 20)
+  --head-floor F            adakv: each KV head keeps at least F of its share (default 0.2)
+  --leverage-rank R         leverage: main directions of the keys (default 8)
 )";
 }
 
@@ -104,7 +156,9 @@ EvictionConfig parse_eviction_flags(const CliArgs& args) {
   config.policy = args.get("--policy").value_or("none");
   check_policy_name(config.policy, args);
   if (!config.enabled()) {
-    for (const char* flag : {"--budget", "--sinks", "--window"}) refuse_without_policy(args, flag);
+    for (const std::string& flag : eviction_value_flags()) {
+      if (flag != "--policy") refuse_without_policy(args, flag);
+    }
     return config;
   }
   const std::optional<std::string> budget = args.get("--budget");
@@ -115,6 +169,7 @@ EvictionConfig parse_eviction_flags(const CliArgs& args) {
   parse_budget(*budget, args, config);
   config.sinks = args.get_int("--sinks", config.sinks, 0, kMaxTokens);
   config.window = args.get_int("--window", config.window, 0, kMaxTokens);
+  parse_policy_keys(args, config);
   check_naming_flags(config, args);
   return config;
 }
@@ -127,8 +182,13 @@ std::string describe_eviction(const EvictionConfig& config) {
   } else {
     std::snprintf(budget, sizeof budget, "budget %g of the context", config.budget_fraction);
   }
-  return config.policy + ", " + budget + ", sinks " + std::to_string(config.sinks) + ", window " +
-         std::to_string(config.window);
+  std::string text = config.policy + ", " + budget + ", sinks " + std::to_string(config.sinks) + ", window " +
+                     std::to_string(config.window);
+  if (config.policy != "streaming_llm" && config.policy != "leverage") text += ", scoring " + config.resolved_scoring();
+  if (config.policy == "pyramidkv") text += ", layer budgets " + config.layer_budgets;
+  if (config.policy == "adakv") text += ", head floor " + std::to_string(config.head_floor);
+  if (config.policy == "leverage") text += ", rank " + std::to_string(config.leverage_rank);
+  return text;
 }
 
 }  // namespace lorakv::cli

@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "lorakv/cache/eviction/eviction_policy.h"
+#include "lorakv/cache/eviction/eviction_config.h"
 #include "lorakv/cli/cli_args.h"
 
 namespace lorakv::cli {

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "lorakv/cache/eviction/eviction_policy.h"
+#include "lorakv/cache/eviction/eviction_config.h"
 #include "lorakv/runtime/llama_model.h"
 
 namespace lorakv::cli {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "lorakv/cache/eviction/eviction_policy.h"
+#include "lorakv/cache/eviction/eviction_config.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/common/logging.h"
 #include "lorakv/runtime/linear_weight.h"

@@ -203,6 +203,7 @@ ContextId Engine::create_context(ContextOptions options,
   ContextState c;
   c.options = options;
   c.policy = cache::eviction::make_policy(options.eviction);  // ConfigError naming the key
+  check_eviction_fits(options.eviction, cache_->layout());
   state_->contexts.emplace(id.value(), std::move(c));
   ++state_->next_context;
   try {

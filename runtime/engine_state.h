@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lorakv/cache/cache_types.h"
+#include "lorakv/cache/eviction/eviction_policy.h"
 #include "lorakv/runtime/engine.h"
 
 namespace lorakv::runtime {
@@ -64,6 +65,10 @@ struct Engine::State {
   const ReaderState& reader(ReaderRef ref) const;
   SeqId new_seq() { return SeqId(next_seq++); }
 };
+
+// Refuses eviction keys this engine cannot serve (adakv without per-head lanes, a weight
+// list of the wrong length), naming the key (engine_eviction.cpp).
+void check_eviction_fits(const cache::eviction::EvictionConfig& eviction, const cache::CacheLayout& layout);
 
 // Content keys and writer filters of the modes (engine.cpp).
 cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype);

@@ -92,11 +92,13 @@ class PagedAttention final : public AttentionBackend {
   }
 
   // With a scored read in the step, the kernel returns attention mass; it then needs an
-  // output for every base and every agent's private rows, sized for the longest lane.
+  // output for every base and every agent's private rows, sized for the longest lane (per
+  // agent when a sequence scores by the max over readers).
   void plan_mass() {
     choose_scored_reads();
     if (!mass_) return;
-    params_.mass = kernels::AttentionMass::kSumOverAgents;
+    const bool per_agent = std::any_of(scored_.begin(), scored_.end(), [](const ScoredSeq& s) { return s.readers == ScoredSeq::Readers::kMax; });
+    params_.mass = per_agent ? kernels::AttentionMass::kPerAgent : kernels::AttentionMass::kSumOverAgents;
     auto longest = [&](int64_t read) {
       int64_t rows = 0;
       for (int64_t layer = 0; layer < c_.num_layers; ++layer) {
@@ -109,7 +111,8 @@ class PagedAttention final : public AttentionBackend {
     base_mass_.resize(bases_.size());
     for (size_t b = 0; b < bases_.size(); ++b) {
       base_mass_stride_[b] = longest(base_reads_[b]);
-      base_mass_[b].assign(static_cast<size_t>(c_.num_kv_heads * base_mass_stride_[b]), 0.f);
+      const int64_t slices = per_agent ? bases_[b].num_agents : 1;
+      base_mass_[b].assign(static_cast<size_t>(slices * c_.num_kv_heads * base_mass_stride_[b]), 0.f);
     }
     private_mass_stride_.assign(items_.size(), 0);
     private_mass_.resize(items_.size());
@@ -121,10 +124,11 @@ class PagedAttention final : public AttentionBackend {
     }
   }
 
-  // Which reads add mass this step, and from which queries: every query of every reader
-  // of an accumulating policy's rows (H2O); for an observation window (SnapKV), only when
-  // the step writes rows into the sequence, then the newest `window` queries of the items
-  // writing them, and the sequence's scores start again from zero.
+  // Which reads add mass this step, and from which queries. Accumulating policies (H2O):
+  // every query of every scoring reader. Observation windows (SnapKV): only when the step
+  // writes rows into the sequence, then the newest `window` queries of each scoring reader,
+  // and the sequence's scores start again from zero. With Readers::kWriter only the items
+  // writing the rows score.
   void choose_scored_reads() {
     mass_first_query_.assign(items_.size(), 0);
     for (size_t pos = 0; pos < order_.size(); ++pos) {
@@ -133,17 +137,17 @@ class PagedAttention final : public AttentionBackend {
       mass_first_query_[pos] = queries;  // no mass unless a scored read below says so
       const auto scored = std::find_if(scored_.begin(), scored_.end(), [&](const ScoredSeq& s) { return s.seq == it.read_seq; });
       if (scored == scored_.end()) continue;
+      const bool writer = it.write_seq == it.read_seq && it.base_from < it.end;
+      if (scored->readers == ScoredSeq::Readers::kWriter && !writer) continue;
       if (scored->window == 0) {
         mass_first_query_[pos] = 0;
         add_once(accumulating_, it.read_seq);
         continue;
       }
       if (!writes(it.read_seq)) continue;
-      if (it.write_seq == it.read_seq && it.base_from < it.end) {
-        mass_first_query_[pos] = std::max<int64_t>(0, queries - scored->window);
-        add_once(accumulating_, it.read_seq);
-        add_once(observed_, it.read_seq);
-      }
+      mass_first_query_[pos] = std::max<int64_t>(0, queries - scored->window);
+      add_once(accumulating_, it.read_seq);
+      add_once(observed_, it.read_seq);
     }
     mass_ = !accumulating_.empty();
     for (SeqId seq : observed_) cache_.reset_scores(seq);
@@ -157,24 +161,40 @@ class PagedAttention final : public AttentionBackend {
     if (std::find(seqs.begin(), seqs.end(), seq) == seqs.end()) seqs.push_back(seq);
   }
 
-  // The layer's mass of each scored base, summed over the KV heads of each lane, onto the
-  // rows' scores.
+  // The layer's mass onto each scored sequence's rows: per lane, each reader's mass summed
+  // over the lane's KV heads, then combined over the readers of every base that reads the
+  // sequence (summed, or the max for Readers::kMax).
   void add_scores(int64_t layer) {
     const cache::CacheLayout& l = cache_.layout();
-    for (size_t b = 0; b < bases_.size(); ++b) {
-      const SeqId seq = items_[order_[static_cast<size_t>(bases_[b].first_agent)]].read_seq;
-      if (std::find(accumulating_.begin(), accumulating_.end(), seq) == accumulating_.end()) continue;
-      const kernels::PagedRows rows = bases_[b].rows;
+    const bool per_agent = params_.mass == kernels::AttentionMass::kPerAgent;
+    for (const ScoredSeq& scored : scored_) {
+      if (std::find(accumulating_.begin(), accumulating_.end(), scored.seq) == accumulating_.end()) continue;
+      const bool max = scored.readers == ScoredSeq::Readers::kMax;
       for (int64_t g = 0; g < l.num_groups(); ++g) {
-        const int64_t n = rows.lanes ? rows.lanes[g].num_rows : 0;
-        if (n == 0) continue;
-        lane_mass_.assign(static_cast<size_t>(n), 0.f);
-        for (int64_t h = g * l.heads_per_group; h < (g + 1) * l.heads_per_group; ++h) {
-          const float* m = base_mass_[b].data() + h * base_mass_stride_[b];
-          for (int64_t r = 0; r < n; ++r) lane_mass_[static_cast<size_t>(r)] += m[r];
+        lane_mass_.clear();
+        for (size_t b = 0; b < bases_.size(); ++b) {
+          if (items_[order_[static_cast<size_t>(bases_[b].first_agent)]].read_seq != scored.seq) continue;
+          const kernels::PagedRows rows = bases_[b].rows;
+          const int64_t n = rows.lanes ? rows.lanes[g].num_rows : 0;
+          if (n > static_cast<int64_t>(lane_mass_.size())) lane_mass_.resize(static_cast<size_t>(n), 0.f);
+          const int64_t slices = per_agent ? bases_[b].num_agents : 1;
+          for (int64_t a = 0; a < slices; ++a) add_reader_mass(b, a, g, n, max);
         }
-        cache_.add_scores(seq, l.lane(layer, g), lane_mass_.data(), n);
+        if (!lane_mass_.empty()) cache_.add_scores(scored.seq, l.lane(layer, g), lane_mass_.data(), static_cast<int64_t>(lane_mass_.size()));
       }
+    }
+  }
+
+  // Reader slice `a` of base `b`: its mass over head group g's KV heads, into lane_mass_.
+  void add_reader_mass(size_t b, int64_t a, int64_t g, int64_t n, bool max) {
+    const cache::CacheLayout& l = cache_.layout();
+    const int64_t stride = base_mass_stride_[b];
+    const float* slice = base_mass_[b].data() + a * c_.num_kv_heads * stride;
+    for (int64_t r = 0; r < n; ++r) {
+      float m = 0;
+      for (int64_t h = g * l.heads_per_group; h < (g + 1) * l.heads_per_group; ++h) m += slice[h * stride + r];
+      float& out = lane_mass_[static_cast<size_t>(r)];
+      out = max ? std::max(out, m) : out + m;
     }
   }
 
@@ -239,7 +259,7 @@ class PagedAttention final : public AttentionBackend {
       std::fill(base_mass_[b].begin(), base_mass_[b].end(), 0.f);  // rows no query sees stay 0
       bases_[b].mass = base_mass_[b].data();
       bases_[b].mass_head_stride = base_mass_stride_[b];
-      bases_[b].mass_agent_stride = 0;
+      bases_[b].mass_agent_stride = params_.mass == kernels::AttentionMass::kPerAgent ? c_.num_kv_heads * base_mass_stride_[b] : 0;
     }
     params_.rope_cos = needs_rope ? cos_.data_ptr<float>() : nullptr;
     params_.rope_sin = needs_rope ? sin_.data_ptr<float>() : nullptr;
@@ -297,9 +317,15 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
   }
   std::vector<ScoredSeq> scored;
   for (const auto& [id, c] : st.contexts) {
-    if (!c.policy || !c.policy->needs_scores()) continue;
-    const int64_t window = c.policy->scores_from_observation_window() ? c.options.eviction.window : 0;
-    for (SeqId seq : c.evictable_seqs()) scored.push_back({seq, window});
+    if (!c.policy) continue;
+    const cache::eviction::ScoreSource source = c.policy->score_source();
+    if (source != cache::eviction::ScoreSource::kAccumulatedMass && source != cache::eviction::ScoreSource::kObservationMass) continue;
+    const int64_t window = source == cache::eviction::ScoreSource::kObservationMass ? c.options.eviction.window : 0;
+    const std::string readers = c.options.eviction.resolved_scoring();
+    const ScoredSeq::Readers how = readers == "max"      ? ScoredSeq::Readers::kMax
+                                   : readers == "writer" ? ScoredSeq::Readers::kWriter
+                                                         : ScoredSeq::Readers::kSum;
+    for (SeqId seq : c.evictable_seqs()) scored.push_back({seq, window, how});
   }
   PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale(), result.stats,
                          std::move(scored));

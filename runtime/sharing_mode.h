@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "lorakv/adapters/adapter.h"
-#include "lorakv/cache/eviction/eviction_policy.h"
+#include "lorakv/cache/eviction/eviction_config.h"
 
 namespace lorakv::runtime {
 

@@ -49,12 +49,14 @@ struct Item {
 
 // Runs the admitted items as one forward pass (layer by layer through the fused kernel on
 // the paged cache) and fills their outputs and the step's host times in `result`.
-// A sequence whose rows a scoring policy governs, and its observation window (0: every
-// query's mass accumulates, H2O; > 0: the newest `window` queries of a step that writes
-// rows, SnapKV).
+// A sequence whose rows a scoring policy governs: its observation window (0: every
+// scoring query's mass accumulates, H2O; > 0: the newest `window` queries of a step that
+// writes rows, SnapKV) and whose queries score (EvictionConfig::scoring).
 struct ScoredSeq {
+  enum class Readers : uint8_t { kSum, kMax, kWriter };
   SeqId seq;
   int64_t window = 0;
+  Readers readers = Readers::kSum;
 };
 
 // The kernel also returns each shared row's attention mass, summed over readers, and adds

@@ -114,6 +114,18 @@ void print_runtime(Printer& p, const SessionConfig& c) {
   if (e.budget_tokens > 0) p.number("budget", e.budget_tokens);  // none: no budget to print
   p.number("sinks", e.sinks);
   p.number("window", e.window);
+  p.plain("scoring", e.scoring);
+  if (e.layer_budgets == "list") {
+    p.key("layer_budgets");
+    p.out() << YAML::Flow << YAML::BeginSeq;
+    for (double w : e.layer_weights) p.out() << number_text(w);
+    p.out() << YAML::EndSeq;
+  } else {
+    p.plain("layer_budgets", e.layer_budgets);
+  }
+  p.plain("pyramid_beta", number_text(e.pyramid_beta));
+  p.plain("head_floor", number_text(e.head_floor));
+  p.number("leverage_rank", e.leverage_rank);
   p.end();
   p.end();
 }

@@ -75,10 +75,34 @@ void read_adapters_section(const ConfigReader& r, const MapReader& top, SessionC
   }
 }
 
+// `cache.eviction.layer_budgets`: pyramid, flat, or a list of one weight per layer.
+void read_layer_budgets(const ConfigReader& r, const Field& f, cache::eviction::EvictionConfig& e) {
+  if (f.node.kind != YamlNode::Kind::kSequence) {
+    e.layer_budgets = read_choice(r, f, {"pyramid", "flat"});
+    return;
+  }
+  e.layer_budgets = "list";
+  for (size_t i = 0; i < f.node.items.size(); ++i) {
+    const Field item{f.node.items[i], f.path + "[" + std::to_string(i) + "]"};
+    e.layer_weights.push_back(read_number(r, item, 0, 1e9, true, "a layer's weight, > 0"));
+  }
+  if (e.layer_weights.empty()) r.fail(f.node.mark, f.path, "the list of layer weights is empty", "one weight per layer, e.g. [1, 1, 2]");
+}
+
+// The policies' own keys: scoring, the per-layer and per-head budgets, leverage's rank.
+void read_policy_keys(const ConfigReader& r, const MapReader& ev, cache::eviction::EvictionConfig& e) {
+  if (ev.has("scoring")) e.scoring = read_choice(r, ev.get("scoring"), cache::eviction::scoring_names());
+  if (ev.has("layer_budgets")) read_layer_budgets(r, ev.get("layer_budgets"), e);
+  if (ev.has("pyramid_beta")) e.pyramid_beta = read_number(r, ev.get("pyramid_beta"), 1, 1e6, false, "the pyramid's steepness, >= 1");
+  if (ev.has("head_floor")) e.head_floor = read_number(r, ev.get("head_floor"), 0, 1, false, "a share of a head's budget, in [0, 1]");
+  if (ev.has("leverage_rank")) e.leverage_rank = read_int(r, ev.get("leverage_rank"), 1, 1 << 16, "directions of the keys kept, >= 1");
+}
+
 // `cache.eviction`: a budget in tokens (a whole number) or as a share of the trajectory (a
 // number with a point, in (0, 1]); the policy needs one, and a budget needs a policy.
 void read_eviction(const ConfigReader& r, const Field& field, cache::eviction::EvictionConfig& e) {
-  const MapReader ev(r, field, {"policy", "budget", "sinks", "window"});
+  const MapReader ev(r, field,
+                     {"policy", "budget", "sinks", "window", "scoring", "layer_budgets", "pyramid_beta", "head_floor", "leverage_rank"});
   if (ev.has("policy")) e.policy = read_choice(r, ev.get("policy"), cache::eviction::policy_names());
   if (ev.has("budget")) {
     const Field budget = ev.get("budget");
@@ -90,6 +114,7 @@ void read_eviction(const ConfigReader& r, const Field& field, cache::eviction::E
   }
   if (ev.has("sinks")) e.sinks = read_int(r, ev.get("sinks"), 0, int64_t{1} << 20, "first positions never evicted");
   if (ev.has("window")) e.window = read_int(r, ev.get("window"), 0, int64_t{1} << 30, "newest tokens never evicted");
+  read_policy_keys(r, ev, e);
   const bool has_budget = e.budget_tokens > 0 || e.budget_fraction > 0;
   if (e.enabled() && !has_budget) {
     r.fail(field.node.mark, field.path, "`" + field.path + ".policy` " + e.policy + " needs a budget",
@@ -98,6 +123,14 @@ void read_eviction(const ConfigReader& r, const Field& field, cache::eviction::E
   if (!e.enabled() && has_budget) {
     r.fail(field.node.mark, field.path, "`" + field.path + ".budget` is set but no policy keeps it",
            "add `policy: streaming_llm` or `policy: h2o`");
+  }
+  try {
+    e.check(field.path);  // what only the keys together can tell (scoring for a policy without scores...)
+  } catch (const ConfigError& error) {
+    const std::string key = error.context().key;
+    const std::string name = key.substr(key.rfind('.') + 1);
+    const YamlNode* at = ev.find(name);
+    r.fail((at ? *at : field.node).mark, key, error.message(), error.context().hint);
   }
 }
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "lorakv/cache/eviction/eviction_policy.h"
+#include "lorakv/cache/eviction/eviction_config.h"
 #include "lorakv/agents/config/config_error.h"
 
 namespace lorakv::agents::config {

@@ -1,7 +1,7 @@
 // cache/eviction/eviction_policy.h: which rows of one lane stay when a context holds more
-// than its token budget. A policy is a pure function of the lane's live rows (positions,
-// and the attention mass each has received when it asks for scores) and the budget; the
-// cache applies what it keeps (CacheManager::evict). Torch-free.
+// than its token budget. A policy is a pure function of the lanes' live rows (positions,
+// and a score per row when it asks for one) and the budget; the cache applies what it
+// keeps (CacheManager::evict). Torch-free.
 //
 // Rows that are never evicted, whatever the policy: the first `sinks` positions (attention
 // sinks), the `window` most recent live rows, and positions inside a protected span (a
@@ -11,32 +11,21 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <utility>
 #include <vector>
 
+#include "lorakv/cache/eviction/eviction_config.h"
+
 namespace lorakv::cache::eviction {
 
-// The eviction keys (docs/eviction.md has each with its default): one set for the engine's
-// context options, `lorakv perplexity` and `lorakv generate`.
-struct EvictionConfig {
-  std::string policy = "none";   // none | streaming_llm | h2o | snapkv
-  int64_t budget_tokens = 0;     // most live rows per lane; 0: budget_fraction decides
-  double budget_fraction = 0;    // in (0, 1]: of the context's tokens so far; 0 with 0 tokens: no budget
-  int64_t sinks = 4;             // first positions never evicted
-  int64_t window = 16;           // most recent live rows never evicted (snapkv: also its observation window)
-  std::vector<std::pair<int64_t, int64_t>> protected_spans;  // [begin, end) positions never evicted
-
-  bool enabled() const { return policy != "none"; }
-  // Rows a lane may keep when the context holds `tokens` positions; -1: unlimited.
-  int64_t budget_rows(int64_t tokens) const;
-  // Throws ConfigError naming the key (eviction.policy, eviction.budget...) for a value no
-  // policy takes. `where` prefixes the key (a YAML path, a command-line flag).
-  void check(const std::string& where = "eviction") const;
+// Where a policy's row scores come from.
+enum class ScoreSource : uint8_t {
+  kNone,              // positions only (streaming_llm)
+  kAccumulatedMass,   // attention mass from every scoring query since the row was written (h2o)
+  kObservationMass,   // mass from the newest `window` queries of the last step that wrote rows,
+                      // taken afresh at each such step (the snapkv family)
+  kKeys,              // computed at eviction from the lane's keys (leverage)
 };
-
-// The names `policy` takes.
-const std::vector<std::string>& policy_names();
 
 // One lane's live rows, in row order (positions ascend).
 struct LaneCandidates {
@@ -50,20 +39,29 @@ class EvictionPolicy {
   explicit EvictionPolicy(EvictionConfig config) : config_(std::move(config)) {}
   virtual ~EvictionPolicy() = default;
   const EvictionConfig& config() const { return config_; }
-  virtual bool needs_scores() const = 0;
-  // true: a row's score is the mass from the last `window` queries of the step that wrote
-  // rows (an observation window, SnapKV), recomputed each such step; false: accumulated
-  // over every query since the row was written (H2O).
-  virtual bool scores_from_observation_window() const { return false; }
+  virtual ScoreSource score_source() const = 0;
+  bool needs_scores() const { return score_source() != ScoreSource::kNone; }
+  // Most rows each lane of `layer` (of `num_layers`) keeps, for a budget of `budget` rows
+  // per lane on average over layers when the context holds `tokens` positions. Flat but
+  // for pyramidkv.
+  virtual int64_t layer_budget(int64_t layer, int64_t num_layers, int64_t budget, int64_t tokens) const;
+  // Whether the lanes of one layer share its budget (adakv spreads it over the KV heads);
+  // else each lane keeps up to the layer's budget on its own.
+  virtual bool budget_shared_by_layer_lanes() const { return false; }
   // Indices into `lane` of the rows to keep, ascending: the protected rows, then the
   // policy's choice up to `budget` rows in all.
   std::vector<int64_t> keep(const LaneCandidates& lane, int64_t budget) const;
+  // The same for every lane of one layer (one per KV head with per-head token sets, else
+  // one), with `budget` rows per lane: per lane, or across lanes for adakv.
+  virtual std::vector<std::vector<int64_t>> keep_layer(const std::vector<LaneCandidates>& lanes, int64_t budget) const;
 
  protected:
   // The policy's choice among the unprotected rows `candidates` (indices into `lane`,
   // ascending): at most `room` of them, in any order.
   virtual std::vector<int64_t> choose(const LaneCandidates& lane, const std::vector<int64_t>& candidates,
                                       int64_t room) const = 0;
+  // Marks the protected rows of `lane` in `kept` (sized to the lane) and returns how many.
+  int64_t protect(const LaneCandidates& lane, std::vector<uint8_t>& kept) const;
 
  private:
   EvictionConfig config_;

@@ -2,6 +2,7 @@
 // out by hand from each policy's definition), the protected rows, the budget, and the keys'
 // checks naming the key.
 #include "lorakv/cache/eviction/eviction_policy.h"
+#include "lorakv/cache/eviction/policies.h"
 
 #include <gtest/gtest.h>
 
@@ -58,7 +59,7 @@ TEST(EvictionPolicy, SnapKvPoolsScoresOverNeighbouringRows) {
   const auto p = make_policy(config("snapkv", 0, 1));
   ASSERT_TRUE(p);
   EXPECT_TRUE(p->needs_scores());
-  EXPECT_TRUE(p->scores_from_observation_window());
+  EXPECT_EQ(p->score_source(), ScoreSource::kObservationMass);
   const LaneCandidates l = lane({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 0, 0, 10, 0, 0, 0, 0, 0, 0});
   // Pooled over rows i-2..i+2 (/5): rows 1..5 score 2, the rest 0. Row 9 is the window;
   // room 2 among the ties goes to the newest, 5 and 4 (H2O would keep row 3 itself).
@@ -120,6 +121,106 @@ TEST(EvictionPolicy, BadKeysAreRefusedByName) {
   c.protected_spans = {{5, 2}};
   EXPECT_EQ(refused_key(c), "cache.eviction.protected");
   EXPECT_THROW(make_policy(config("snap", 4, 4)), ConfigError);
+}
+
+TEST(EvictionPolicy, BadKeysOfTheScoringAndLayerPoliciesAreRefusedByName) {
+  EvictionConfig c = config("h2o", 4, 16);
+  c.scoring = "mean";
+  EXPECT_EQ(refused_key(c), "cache.eviction.scoring");
+  c = config("streaming_llm", 4, 16);
+  c.scoring = "max";
+  EXPECT_EQ(refused_key(c), "cache.eviction.scoring") << "streaming_llm has no scores to combine";
+  c = config("leverage", 4, 16);
+  c.scoring = "sum";
+  EXPECT_EQ(refused_key(c), "cache.eviction.scoring") << "leverage scores keys, not attention";
+  c = config("pyramidkv", 4, 16);
+  c.layer_budgets = "cone";
+  EXPECT_EQ(refused_key(c), "cache.eviction.layer_budgets");
+  c.layer_budgets = "list";
+  EXPECT_EQ(refused_key(c), "cache.eviction.layer_weights") << "a list needs its weights";
+  c.layer_weights = {1, 0};
+  EXPECT_EQ(refused_key(c), "cache.eviction.layer_weights") << "weights are positive";
+  c.layer_budgets = "flat";
+  c.layer_weights = {1, 2};
+  EXPECT_EQ(refused_key(c), "cache.eviction.layer_budgets") << "weights without a list";
+  c = config("pyramidkv", 4, 16);
+  c.pyramid_beta = 0.5;
+  EXPECT_EQ(refused_key(c), "cache.eviction.pyramid_beta");
+  c = config("adakv", 4, 16);
+  c.head_floor = 1.5;
+  EXPECT_EQ(refused_key(c), "cache.eviction.head_floor");
+  c = config("leverage", 4, 16);
+  c.leverage_rank = 0;
+  EXPECT_EQ(refused_key(c), "cache.eviction.leverage_rank");
+  for (const char* windowed : {"pyramidkv", "adakv"}) {
+    EXPECT_EQ(refused_key(config(windowed, 4, 0)), "cache.eviction.window") << windowed << " observes a window";
+  }
+  c = config("h2o", 4, 16);
+  EXPECT_EQ(c.resolved_scoring(), "sum");
+  c.policy = "snapkv";
+  EXPECT_EQ(c.resolved_scoring(), "writer") << "SnapKV observes the prompt's own queries";
+  c.scoring = "max";
+  EXPECT_EQ(c.resolved_scoring(), "max");
+}
+
+// kvpress's PyramidKVPress.get_layer_budget, worked by hand for each case.
+TEST(EvictionPolicy, PyramidKvBudgetsDeclineLinearlyOverLayersWithTheBudgetAsTheirMean) {
+  // b = 100 of 1000 tokens, window 4, beta 20: min 100/20 = 5, max 200 - 5 = 195; steps of
+  // 190/4 = 47.5 over 5 layers: 195, 147.5, 100, 52.5, 5, rounded halves to even.
+  std::vector<int64_t> got;
+  for (int64_t layer = 0; layer < 5; ++layer) got.push_back(PyramidKvPolicy::pyramid_budget(layer, 5, 100, 1000, 4, 20));
+  EXPECT_EQ(got, (std::vector<int64_t>{195, 148, 100, 52, 5}));
+  // b = 400 of 600, window 4: max 800 - 20 = 780 would pass 600 - 4, so max = 596 and
+  // min = 800 - 596 = 204; over 3 layers: 596, 400, 204.
+  got.clear();
+  for (int64_t layer = 0; layer < 3; ++layer) got.push_back(PyramidKvPolicy::pyramid_budget(layer, 3, 400, 600, 4, 20));
+  EXPECT_EQ(got, (std::vector<int64_t>{596, 400, 204}));
+  // b / beta = 5 below the window 16: no pyramid fits, every layer keeps b (kvpress's rule).
+  EXPECT_EQ(PyramidKvPolicy::pyramid_budget(0, 5, 100, 1000, 16, 20), 100);
+  EXPECT_EQ(PyramidKvPolicy::pyramid_budget(4, 5, 100, 1000, 16, 20), 100);
+
+  EvictionConfig c = config("pyramidkv", 0, 4);
+  EXPECT_EQ(make_policy(c)->layer_budget(1, 5, 100, 1000), 148) << "pyramid is the default curve";
+  c.layer_budgets = "flat";
+  EXPECT_EQ(make_policy(c)->layer_budget(1, 5, 100, 1000), 100);
+  c.layer_budgets = "list";
+  c.layer_weights = {1, 3};
+  const auto listed = make_policy(c);
+  EXPECT_EQ(listed->layer_budget(0, 2, 10, 1000), 5) << "weight 1 of mean 2";
+  EXPECT_EQ(listed->layer_budget(1, 2, 10, 1000), 15);
+  EXPECT_EQ(make_policy(config("snapkv", 0, 4))->layer_budget(1, 5, 100, 1000), 100) << "other policies are flat";
+}
+
+// Two KV heads of one layer, no sinks, a window of one row (row 5 of each head). Head A's
+// scores are spread: pooled 6, 8, 10, 10, 8, 6. Head B's sit on its last row: pooled 0, 0,
+// 0, 1, 1, 1.
+TEST(EvictionPolicy, AdaKvSpreadsALayersBudgetOverItsHeadsAboveAFloor) {
+  const std::vector<LaneCandidates> heads = {lane({0, 1, 2, 3, 4, 5}, {10, 10, 10, 10, 10, 10}),
+                                             lane({0, 1, 2, 3, 4, 5}, {0, 0, 0, 0, 0, 5})};
+  EvictionConfig c = config("adakv", 0, 1);
+  c.head_floor = 0;
+  const auto p = make_policy(c);
+  ASSERT_TRUE(p->budget_shared_by_layer_lanes());
+  // 3 rows per head, 6 for the layer: the windows, then A's 10s (rows 2, 3) and 8s (1, 4).
+  EXPECT_EQ(p->keep_layer(heads, 3), (std::vector<Rows>{{1, 2, 3, 4, 5}, {5}}));
+  // SnapKV keeps 3 per head: the window and the best two (B's ties go to the newer rows).
+  EXPECT_EQ(make_policy(config("snapkv", 0, 1))->keep_layer(heads, 3), (std::vector<Rows>{{2, 3, 5}, {3, 4, 5}}));
+  // A floor of the whole share: every head keeps its 3 first, nothing is left to spread.
+  c.head_floor = 1;
+  EXPECT_EQ(make_policy(c)->keep_layer(heads, 3), (std::vector<Rows>{{2, 3, 5}, {3, 4, 5}}));
+  // Floor int(3 * 0.5) = 1 row, which each head's window already fills: as without floor.
+  c.head_floor = 0.5;
+  EXPECT_EQ(make_policy(c)->keep_layer(heads, 3), (std::vector<Rows>{{1, 2, 3, 4, 5}, {5}}));
+  // Budget 2: the windows, then A's two 10s.
+  EXPECT_EQ(make_policy(c)->keep_layer(heads, 2), (std::vector<Rows>{{2, 3, 5}, {5}}));
+}
+
+TEST(EvictionPolicy, LeverageKeepsTheHighestKeyScores) {
+  const auto p = make_policy(config("leverage", 1, 1));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->score_source(), ScoreSource::kKeys);
+  const LaneCandidates l = lane({0, 1, 2, 3, 4, 5}, {0, 0.9f, 0.1f, 0.8f, 0.2f, 0});
+  EXPECT_EQ(p->keep(l, 4), (Rows{0, 1, 3, 5})) << "sink 0, window 5, then rows 1 and 3";
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ TEST(EvictionFlags, IntegerBudgetIsTokensAndDottedBudgetIsAFraction) {
   EXPECT_EQ(tokens.budget_fraction, 0);
   EXPECT_EQ(tokens.sinks, 2);
   EXPECT_EQ(tokens.window, 8);
-  EXPECT_EQ(describe_eviction(tokens), "h2o, budget 64 tokens, sinks 2, window 8");
+  EXPECT_EQ(describe_eviction(tokens), "h2o, budget 64 tokens, sinks 2, window 8, scoring sum");
 
   const cache::eviction::EvictionConfig fraction = parse({"--policy", "streaming_llm", "--budget", "0.25"});
   EXPECT_EQ(fraction.budget_tokens, 0);
@@ -82,6 +82,29 @@ TEST(EvictionFlags, BudgetNeedsAPolicyAndAPolicyNeedsABudget) {
     EXPECT_NE(std::string(e.what()).find("needs --budget"), std::string::npos) << e.what();
     EXPECT_FALSE(e.context().hint.empty());
   }
+}
+
+TEST(EvictionFlags, ThePoliciesOwnKeys) {
+  const cache::eviction::EvictionConfig max = parse({"--policy", "h2o", "--budget", "64", "--scoring", "max"});
+  EXPECT_EQ(max.scoring, "max");
+  const cache::eviction::EvictionConfig listed =
+      parse({"--policy", "pyramidkv", "--budget", "64", "--layer-budgets", "1,2.5,1", "--pyramid-beta", "4"});
+  EXPECT_EQ(listed.layer_budgets, "list");
+  EXPECT_EQ(listed.layer_weights, (std::vector<double>{1, 2.5, 1}));
+  EXPECT_DOUBLE_EQ(listed.pyramid_beta, 4);
+  EXPECT_EQ(parse({"--policy", "pyramidkv", "--budget", "64", "--layer-budgets", "flat"}).layer_budgets, "flat");
+  EXPECT_DOUBLE_EQ(parse({"--policy", "adakv", "--budget", "64", "--head-floor", "0.5"}).head_floor, 0.5);
+  const cache::eviction::EvictionConfig lev = parse({"--policy", "leverage", "--budget", "64", "--leverage-rank", "4"});
+  EXPECT_EQ(lev.leverage_rank, 4);
+  EXPECT_EQ(describe_eviction(lev), "leverage, budget 64 tokens, sinks 4, window 16, rank 4");
+  EXPECT_EQ(error_key({"--policy", "h2o", "--budget", "64", "--scoring", "mean"}), "--scoring");
+  EXPECT_EQ(error_key({"--policy", "streaming_llm", "--budget", "64", "--scoring", "max"}), "--scoring");
+  EXPECT_EQ(error_key({"--policy", "pyramidkv", "--budget", "64", "--layer-budgets", "1,-1"}), "--layer-budgets");
+  EXPECT_EQ(error_key({"--policy", "pyramidkv", "--budget", "64", "--layer-budgets", "cone"}), "--layer-budgets");
+  EXPECT_EQ(error_key({"--policy", "pyramidkv", "--budget", "64", "--pyramid-beta", "0.5"}), "--pyramid-beta");
+  EXPECT_EQ(error_key({"--policy", "adakv", "--budget", "64", "--head-floor", "2"}), "--head-floor");
+  EXPECT_EQ(error_key({"--policy", "leverage", "--budget", "64", "--leverage-rank", "0"}), "--leverage-rank");
+  EXPECT_EQ(error_key({"--scoring", "max"}), "--scoring") << "a policy's key without a policy";
 }
 
 using Windows = std::vector<std::pair<int64_t, int64_t>>;
