@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""Which tokens kvpress keeps: the reference for lorakv's streaming_llm and h2o policies.
+"""Which tokens kvpress keeps: the reference for lorakv's streaming_llm, h2o and snapkv policies.
 
 kvpress (NVIDIA's KV-cache compression library) compresses once, inside one prefill
 forward: after each attention layer its press scores the layer's keys per KV head and keeps
 the top int(n * (1 - compression_ratio)) of them (ScorerPress.compress). This runs, on the
 same GGUF model lorakv loads (transformers dequantises it to float32; eager attention,
-which ObservedAttentionPress needs), one prefill of a fixed English text per press:
+which ObservedAttentionPress needs), one prefill of a fixed English text, these presses:
   - StreamingLLMPress(n_sink=4): the 4 sinks and the newest rows;
   - ObservedAttentionPress: each key's attention probability summed over the queries that
     see it, divided by how many do (n - j for key j), then averaged over the query heads
     of its KV head;
-hooked into the model by kvpress, with the press of each compression ratio (0.5, 0.75)
-compressing the same layer inputs. It writes, per press, ratio, layer and KV head, the kept
-positions as kvpress's own output shows them (each kept key row found among the layer's
-keys, so no kvpress logic is redone here), and ObservedAttentionPress's scores per layer
-and KV head. tests/cli/kvpress_parity_test.cpp runs the same tokens through lorakv.
+  - SnapKVPress(window_size=16, kernel_size=5): for each key before the window (the newest
+    16 tokens), its attention probability from the 16 window queries averaged over them,
+    pooled over 5 neighbouring keys before the window (avg_pool1d, its padding of 2 counted
+    as zeros), then averaged over the query heads of its KV head; the window's keys are
+    always kept. 16 is lorakv's default `window`.
+Every press, at each compression ratio (0.5, 0.75), compresses the same layer inputs in that
+one forward: a press only reads its hook's arguments, and the prefill's attention does not
+see what it keeps. It writes, per press, ratio, layer and KV head, the kept positions as
+kvpress's own output shows them (each kept key row found among the layer's keys, so no
+kvpress logic is redone here), and ObservedAttentionPress's and SnapKVPress's scores per
+layer and KV head. tests/cli/kvpress_parity_test.cpp runs the same tokens through lorakv.
 
 kvpress pins transformers < 5.3 while the test environment has a newer one: run this with
 PYTHONPATH naming the kvpress environment (tools/setup_python.sh kvpress), which holds
@@ -39,7 +45,7 @@ import llama_cpp
 try:
     import kvpress
     import transformers
-    from kvpress import ObservedAttentionPress, StreamingLLMPress
+    from kvpress import ObservedAttentionPress, SnapKVPress, StreamingLLMPress
     from transformers import AutoModelForCausalLM, DynamicCache
 except ImportError as e:
     sys.exit(f"kvpress_oracle.py: {e}; set up the kvpress environment (tools/setup_python.sh kvpress) "
@@ -47,6 +53,21 @@ except ImportError as e:
 
 RATIOS = (0.5, 0.75)
 N_SINK = 4
+SNAPKV_WINDOW = 16  # lorakv's default `window`, its snapkv observation window
+SNAPKV_KERNEL = 5   # kvpress's default; lorakv's SnapKvPolicy::kPoolWidth
+
+
+def make_press(name: str, ratio: float):
+    """The press `name` (one of PRESSES) compressing by `ratio`."""
+    if name == "streaming_llm":
+        return StreamingLLMPress(compression_ratio=ratio, n_sink=N_SINK)
+    if name == "observed_attention":
+        return ObservedAttentionPress(compression_ratio=ratio)
+    return SnapKVPress(compression_ratio=ratio, window_size=SNAPKV_WINDOW, kernel_size=SNAPKV_KERNEL)
+
+
+PRESSES = ("streaming_llm", "observed_attention", "snapkv")
+SCORED = ("observed_attention", "snapkv")  # whose scores the test reads (independent of the ratio)
 
 
 def kept_rows(keys: torch.Tensor, kept: torch.Tensor) -> list:
@@ -62,32 +83,38 @@ def kept_rows(keys: torch.Tensor, kept: torch.Tensor) -> list:
     return out
 
 
-def run_presses(model, ids: torch.Tensor, presses: list, scores_out=None) -> list:
-    """One prefill with presses[0] hooked into the model by kvpress's own context manager. At
-    each layer every press compresses the same keys, values and attention weights (the hook's
-    arguments; a press only reads them), so one forward serves every ratio. Returns, per press,
-    kept[layer][kv_head] = positions; with scores_out (a dict), also records presses[0]'s own
-    scores per layer: [kv_heads][n] floats."""
-    kept = [{} for _ in presses]
-    compress = [press.compress for press in presses]  # bound before the hooked one is replaced
+def run_presses(model, ids: torch.Tensor, presses: dict, scored: tuple) -> tuple:
+    """One prefill with every press of `presses` ({(name, ratio): press}) at work, the first
+    hooked into the model by kvpress's own context manager. At each layer every press
+    compresses the same keys, values and attention weights (the hook's arguments; a press
+    only reads them, and the prefill's later layers never see what one keeps), so one forward
+    serves them all. Returns kept[(name, ratio)][layer][kv_head] = positions, and
+    scores[name][layer] = [kv_heads][n] floats for each name in `scored`, from its first
+    press (a press's scores do not depend on its ratio)."""
+    keys_of = list(presses)
+    kept = {key: {} for key in keys_of}
+    scores = {name: {} for name in scored}
+    compress = {key: presses[key].compress for key in keys_of}  # bound before the hooked one is replaced
+    scorer = {name: next(presses[key] for key in keys_of if key[0] == name) for name in scored}
 
     def recording_compress(module, hidden_states, keys, values, attentions, kwargs):
-        outputs = [fn(module, hidden_states, keys, values, attentions, kwargs) for fn in compress]
-        for i, (new_keys, _) in enumerate(outputs):
-            kept[i][module.layer_idx] = kept_rows(keys, new_keys)
-        if scores_out is not None:
-            s = presses[0].score(module, hidden_states, keys, values, attentions, kwargs)  # [1, H, n]
-            scores_out[module.layer_idx] = s[0].double().tolist()
-        return outputs[0]
+        outputs = {key: fn(module, hidden_states, keys, values, attentions, kwargs) for key, fn in compress.items()}
+        for key, (new_keys, _) in outputs.items():
+            kept[key][module.layer_idx] = kept_rows(keys, new_keys)
+        for name, press in scorer.items():
+            s = press.score(module, hidden_states, keys, values, attentions, kwargs)  # [1, H, n]
+            scores[name][module.layer_idx] = s[0].double().tolist()
+        return outputs[keys_of[0]]
 
-    hooked = presses[0]
+    hooked = presses[keys_of[0]]
     hooked.compress = recording_compress  # the hook calls self.compress: the instance's wins
     with torch.no_grad(), hooked(model):
         model(ids, past_key_values=DynamicCache(), use_cache=True)
     layers = model.config.num_hidden_layers
-    for k in kept:
-        assert sorted(k) == list(range(layers)), sorted(k)
-    return [[k[layer] for layer in range(layers)] for k in kept]
+    for per_layer in list(kept.values()) + list(scores.values()):
+        assert sorted(per_layer) == list(range(layers)), sorted(per_layer)
+    return ({key: [k[layer] for layer in range(layers)] for key, k in kept.items()},
+            {name: [s[layer] for layer in range(layers)] for name, s in scores.items()})
 
 
 def main() -> int:
@@ -127,25 +154,22 @@ def main() -> int:
                      "torch": torch.__version__},
         "presses": [],
     }
-    observed_scores = {}
-    for name in ("streaming_llm", "observed_attention"):
+    presses = {(name, ratio): make_press(name, ratio) for name in PRESSES for ratio in RATIOS}
+    kept, scores = run_presses(model, x, presses, SCORED)
+    for (name, ratio), press_kept in kept.items():
+        n_kept = len(press_kept[0][0])
+        assert all(len(head) == n_kept for layer in press_kept for head in layer)
+        entry = {"press": name, "compression_ratio": ratio, "n_kept": n_kept, "kept": press_kept}
         if name == "streaming_llm":
-            presses = [StreamingLLMPress(compression_ratio=r, n_sink=N_SINK) for r in RATIOS]
-            kept = run_presses(model, x, presses)
-        else:
-            presses = [ObservedAttentionPress(compression_ratio=r) for r in RATIOS]
-            kept = run_presses(model, x, presses, observed_scores)
-        for ratio, press_kept in zip(RATIOS, kept):
-            n_kept = len(press_kept[0][0])
-            assert all(len(head) == n_kept for layer in press_kept for head in layer)
-            entry = {"press": name, "compression_ratio": ratio, "n_kept": n_kept, "kept": press_kept}
-            if name == "streaming_llm":
-                entry["n_sink"] = N_SINK
-            result["presses"].append(entry)
-            print(f"kvpress_oracle: {name} ratio {ratio}: keeps {n_kept} of {len(ids)} per layer and KV head",
-                  file=sys.stderr)
-    # ObservedAttentionPress's scores come from the prefill's attention alone: one set for both ratios.
-    result["observed_attention_scores"] = [observed_scores[layer] for layer in range(c.num_hidden_layers)]
+            entry["n_sink"] = N_SINK
+        if name == "snapkv":
+            entry.update(window_size=SNAPKV_WINDOW, kernel_size=SNAPKV_KERNEL)
+        result["presses"].append(entry)
+        print(f"kvpress_oracle: {name} ratio {ratio}: keeps {n_kept} of {len(ids)} per layer and KV head",
+              file=sys.stderr)
+    # Per layer, KV head and position, as each press's score() returns them.
+    result["observed_attention_scores"] = scores["observed_attention"]
+    result["snapkv_scores"] = scores["snapkv"]
 
     with open(args.out + ".partial", "w") as f:
         json.dump(result, f)

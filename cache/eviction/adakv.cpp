@@ -17,9 +17,8 @@ std::vector<std::vector<int64_t>> AdaKvPolicy::keep_layer(const std::vector<Lane
   // (kvpress's alpha_safeguard: int(budget * floor) rows, at least one).
   const int64_t floor = config().head_floor > 0 ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(budget) * config().head_floor)) : 0;
   for (size_t h = 0; h < lanes.size(); ++h) {
-    LORAKV_ASSERT(lanes[h].scores.size() == lanes[h].positions.size(), "adakv needs a score per row");
     kept[h].assign(lanes[h].positions.size(), 0);
-    pooled[h] = pooled_scores(lanes[h].scores, kPoolWidth);
+    pooled[h] = observed_scores(lanes[h]);
     const int64_t protected_rows = protect(lanes[h], kept[h]);
     const std::vector<int64_t> candidates = unkept(kept[h]);
     const int64_t extra = std::clamp<int64_t>(floor - protected_rows, 0, static_cast<int64_t>(candidates.size()));

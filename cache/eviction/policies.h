@@ -35,8 +35,9 @@ class H2oPolicy final : public EvictionPolicy {
 // SnapKV (Li et al., 2024): each row scored by the attention the newest `window` queries
 // of the step that wrote rows gave it (the observation window), averaged with its
 // neighbours (a window of kPoolWidth rows, as kvpress's SnapKVPress pools with
-// avg_pool1d(kernel_size=5, padding=2), the padding counted as zeros), then the best rows
-// beside the protected ones. The scores are recomputed at every such step, not summed.
+// avg_pool1d(kernel_size=5, padding=2), the padding counted as zeros, over the rows before
+// the window only, as kvpress cuts the window off first), then the best rows beside the
+// protected ones. The scores are recomputed at every such step, not summed.
 // lorakv's departures from kvpress: a lane sums the mass over its KV heads' query heads and
 // window queries where kvpress averages (the same order within a lane); a lane is a layer
 // unless each KV head keeps its own rows (EngineOptions::per_head_token_sets), where
@@ -51,6 +52,8 @@ class SnapKvPolicy : public EvictionPolicy {
  protected:
   std::vector<int64_t> choose(const LaneCandidates& lane, const std::vector<int64_t>& candidates,
                               int64_t room) const override;
+  // Each row's pooled window mass; the window's own rows score the float maximum.
+  std::vector<float> observed_scores(const LaneCandidates& lane) const;
 };
 
 // PyramidKV (Cai et al., 2024): SnapKV's scores and choice, with a budget per layer.

@@ -65,8 +65,12 @@ TEST(EvictionPolicy, SnapKvPoolsScoresOverNeighbouringRows) {
   // room 2 among the ties goes to the newest, 5 and 4 (H2O would keep row 3 itself).
   EXPECT_EQ(p->keep(l, 3), (Rows{4, 5, 9}));
   const LaneCandidates edge = lane({0, 1, 2, 3, 4, 5}, {8, 0, 0, 0, 0, 3});
-  // Row 0: (8 + 0 + 0) / 5 = 1.6; row 2: 8/5 = 1.6 too (rows 0..4); row 3: 3/5; window row 5.
+  // Row 0: (8 + 0 + 0) / 5 = 1.6; row 2: 8/5 = 1.6 too (rows 0..4); row 3: 0, as the window
+  // row 5 is cut off before pooling.
   EXPECT_EQ(p->keep(edge, 3), (Rows{1, 2, 5})) << "pooled 1.6 for rows 0..2, the newest two";
+  // The window's own mass lifts no row before it (kvpress pools the rows before the window
+  // only): rows 0..2 pool to 0.2, rows 3..5 to 0, so row 2 stays, not row 5 beside the window.
+  EXPECT_EQ(p->keep(lane({0, 1, 2, 3, 4, 5, 6}, {1, 0, 0, 0, 0, 0, 50}), 2), (Rows{2, 6}));
   EvictionConfig no_window = config("snapkv", 0, 0);
   EXPECT_THROW(no_window.check(), ConfigError) << "snapkv needs an observation window";
 }
@@ -192,8 +196,8 @@ TEST(EvictionPolicy, PyramidKvBudgetsDeclineLinearlyOverLayersWithTheBudgetAsThe
 }
 
 // Two KV heads of one layer, no sinks, a window of one row (row 5 of each head). Head A's
-// scores are spread: pooled 6, 8, 10, 10, 8, 6. Head B's sit on its last row: pooled 0, 0,
-// 0, 1, 1, 1.
+// scores are spread: rows 0..4 pool to 6, 8, 10, 8, 6. Head B's mass is all in its window
+// row, which SnapKV cuts off before pooling: rows 0..4 pool to 0.
 TEST(EvictionPolicy, AdaKvSpreadsALayersBudgetOverItsHeadsAboveAFloor) {
   const std::vector<LaneCandidates> heads = {lane({0, 1, 2, 3, 4, 5}, {10, 10, 10, 10, 10, 10}),
                                              lane({0, 1, 2, 3, 4, 5}, {0, 0, 0, 0, 0, 5})};
@@ -201,9 +205,10 @@ TEST(EvictionPolicy, AdaKvSpreadsALayersBudgetOverItsHeadsAboveAFloor) {
   c.head_floor = 0;
   const auto p = make_policy(c);
   ASSERT_TRUE(p->budget_shared_by_layer_lanes());
-  // 3 rows per head, 6 for the layer: the windows, then A's 10s (rows 2, 3) and 8s (1, 4).
+  // 3 rows per head, 6 for the layer: the windows, then A's 10 (row 2), 8s (3, 1), and the
+  // newer 6 (row 4).
   EXPECT_EQ(p->keep_layer(heads, 3), (std::vector<Rows>{{1, 2, 3, 4, 5}, {5}}));
-  // SnapKV keeps 3 per head: the window and the best two (B's ties go to the newer rows).
+  // SnapKV keeps 3 per head: the window and the best two (ties go to the newer rows).
   EXPECT_EQ(make_policy(config("snapkv", 0, 1))->keep_layer(heads, 3), (std::vector<Rows>{{2, 3, 5}, {3, 4, 5}}));
   // A floor of the whole share: every head keeps its 3 first, nothing is left to spread.
   c.head_floor = 1;
@@ -211,7 +216,7 @@ TEST(EvictionPolicy, AdaKvSpreadsALayersBudgetOverItsHeadsAboveAFloor) {
   // Floor int(3 * 0.5) = 1 row, which each head's window already fills: as without floor.
   c.head_floor = 0.5;
   EXPECT_EQ(make_policy(c)->keep_layer(heads, 3), (std::vector<Rows>{{1, 2, 3, 4, 5}, {5}}));
-  // Budget 2: the windows, then A's two 10s.
+  // Budget 2: the windows, then A's 10 and its newer 8.
   EXPECT_EQ(make_policy(c)->keep_layer(heads, 2), (std::vector<Rows>{{2, 3, 5}, {5}}));
 }
 

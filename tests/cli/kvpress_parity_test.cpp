@@ -18,6 +18,23 @@
 //   - Without --per-head a lane is a layer: lorakv sums the mass over the layer's 3 KV heads
 //     and keeps one token set, where kvpress keeps one per KV head; it keeps the top of the
 //     summed mass, and its overlap with each KV head's kvpress set is printed.
+//   - snapkv and SnapKVPress(window_size 16 = lorakv's `window`, kernel_size 5) score each key
+//     before the window by the softmax mass the window's w = 16 queries give it (over all
+//     keys, causal), pooled over the 5 keys centred on it with the padding counted as zeros,
+//     and keep the window's rows whatever their score. kvpress averages over the w queries
+//     and the 3 query heads of the KV head; lorakv sums: per KV head, lorakv's window mass,
+//     pooled as kvpress pools, is kvpress's score * w * 3 row by row (measured within 1.7e-5
+//     of itself). kvpress protects no sinks, so lorakv runs with --sinks 0 (and --window w).
+//     Both cut the window's keys off before pooling, so the last 2 keys before the window
+//     pool with zeros there. Per KV head lorakv keeps exactly kvpress's tokens in all 90
+//     lanes at both ratios.
+//     Ties: kvpress's topk picks among equal scores in no stated order, lorakv the newer
+//     row; no two scores tie at any threshold here, and the closest pair across one lies
+//     4.1e-5 apart (relative), more than the 2 * 1.7e-5 that two rows' measured errors could
+//     close: near ties are not tolerated. Without --per-head lorakv keeps the top of
+//     kvpress's scores summed over the layer's KV heads (same rule, not needed at these
+//     ratios), and its overlap with each KV head's set is printed (mean 0.85 at ratio 0.5,
+//     0.83 at 0.75).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,6 +66,7 @@ namespace {
 // two implementations compute within ~2e-6 of each other (see kFloat32LogitsTolerance), and
 // scores reach tens, so ds is ~1e-5. Measured: at most 2.0e-5 of a row's mass over all 90
 // (layer, KV head) lanes and 546 rows (3e-6 of a lane's largest). 1e-4 is five times that.
+// A SnapKV score is such a sum too (over 16 queries, 5 keys and 3 heads): the same bound.
 constexpr double kMassTolerance = 1e-4;
 constexpr double kRatios[] = {0.5, 0.75};
 constexpr int64_t kSinks = 4;  // StreamingLLMPress(n_sink=4)
@@ -75,13 +93,26 @@ std::vector<double> doubles(const formats::JsonValue& v) {
   return out;
 }
 
+using KeptSets = std::vector<std::vector<std::vector<int32_t>>>;  // [layer][kv_head] = positions, ascending
+using Scores = std::vector<std::vector<std::vector<double>>>;     // [layer][kv_head][position]
+
+Scores scores_per_layer(const formats::JsonValue& layers) {
+  Scores out;
+  for (const formats::JsonValue& layer : layers.as_array()) {
+    out.emplace_back();
+    for (const formats::JsonValue& head : layer.as_array()) out.back().push_back(doubles(head));
+  }
+  return out;
+}
+
 // What kvpress kept and scored (tools/kvpress_oracle.py's JSON).
 struct Kvpress {
   std::vector<int32_t> tokens;
   int64_t num_layers = 0, num_kv_heads = 0, group = 0;  // group: query heads per KV head
-  // [press name][ratio] -> kept[layer][kv_head] = positions, ascending
-  std::map<std::string, std::map<double, std::vector<std::vector<std::vector<int32_t>>>>> kept;
-  std::vector<std::vector<std::vector<double>>> observed_scores;  // [layer][kv_head][position]
+  std::map<std::string, std::map<double, KeptSets>> kept;  // [press name][ratio]
+  Scores observed_scores;  // ObservedAttentionPress.score
+  Scores snapkv_scores;    // SnapKVPress.score: the window's rows padded with the layer's max + 1
+  int64_t snapkv_window = 0, snapkv_kernel = 0;
 
   int64_t n() const { return static_cast<int64_t>(tokens.size()); }
   // How many rows the press kept per layer and KV head at this ratio: the budget to give lorakv.
@@ -92,6 +123,11 @@ struct Kvpress {
   double mass(int64_t layer, int64_t head, int64_t j) const {
     return observed_scores[static_cast<size_t>(layer)][static_cast<size_t>(head)][static_cast<size_t>(j)] *
            static_cast<double>(n() - j) * static_cast<double>(group);
+  }
+  // SnapKVPress's score in lorakv's unit, summed over the window's queries and the group's heads.
+  double snapkv_mass(int64_t layer, int64_t head, int64_t j) const {
+    return snapkv_scores[static_cast<size_t>(layer)][static_cast<size_t>(head)][static_cast<size_t>(j)] *
+           static_cast<double>(snapkv_window) * static_cast<double>(group);
   }
 };
 
@@ -105,16 +141,19 @@ const Kvpress& kvpress() {
     r.num_kv_heads = j.at("num_kv_heads").as_int();
     r.group = j.at("num_heads").as_int() / r.num_kv_heads;
     for (const formats::JsonValue& p : j.at("presses").as_array()) {
-      auto& kept = r.kept[p.at("press").as_string()][p.at("compression_ratio").as_double()];
+      const std::string press = p.at("press").as_string();
+      KeptSets& kept = r.kept[press][p.at("compression_ratio").as_double()];
       for (const formats::JsonValue& layer : p.at("kept").as_array()) {
         kept.emplace_back();
         for (const formats::JsonValue& head : layer.as_array()) kept.back().push_back(ints(head));
       }
+      if (press == "snapkv") {
+        r.snapkv_window = p.at("window_size").as_int();
+        r.snapkv_kernel = p.at("kernel_size").as_int();
+      }
     }
-    for (const formats::JsonValue& layer : j.at("observed_attention_scores").as_array()) {
-      r.observed_scores.emplace_back();
-      for (const formats::JsonValue& head : layer.as_array()) r.observed_scores.back().push_back(doubles(head));
-    }
+    r.observed_scores = scores_per_layer(j.at("observed_attention_scores"));
+    r.snapkv_scores = scores_per_layer(j.at("snapkv_scores"));
     return r;
   }();
   return k;
@@ -125,6 +164,14 @@ struct Lane {
   std::vector<int32_t> positions;
   std::vector<double> scores;
 };
+
+// The protected rows that make lorakv's policy kvpress's press: StreamingLLMPress keeps 4
+// sinks, SnapKVPress its observation window and no sinks, ObservedAttentionPress neither.
+std::vector<std::string> protected_rows_flags(const std::string& policy) {
+  const int64_t sinks = policy == "streaming_llm" ? kSinks : 0;
+  const int64_t window = policy == "snapkv" ? kvpress().snapkv_window : 0;
+  return {"--sinks", std::to_string(sinks), "--window", std::to_string(window)};
+}
 
 // `lorakv perplexity` over the whole prose as one window and one chunk, with --dump-kept;
 // the lanes it kept. One run per setting per process, shared by the tests that read it.
@@ -141,9 +188,8 @@ const std::vector<Lane>& lorakv_kept(const std::string& policy, int64_t budget, 
   const std::string dump = lorakv::testing::temp_path("kept.json");
   std::vector<std::string> args = {"perplexity", "--model", lorakv::testing::test_setting("LORAKV_MODEL"),
                                    "--file", prose_path(), "--context", n, "--chunk", n, "--log-level", "off",
-                                   "--policy", policy, "--budget", std::to_string(budget),
-                                   "--sinks", std::to_string(policy == "streaming_llm" ? kSinks : 0),
-                                   "--window", "0", "--dump-kept", dump};
+                                   "--policy", policy, "--budget", std::to_string(budget), "--dump-kept", dump};
+  for (const std::string& flag : protected_rows_flags(policy)) args.push_back(flag);
   if (per_head) args.push_back("--per-head");
   std::ostringstream out, err;
   std::vector<Lane>& lanes = runs[key];
@@ -179,11 +225,14 @@ struct TopCheck {
   int64_t unexplained = 0;  // kept rows below the tie, or dropped rows above it
 };
 
+double kth_largest(std::vector<double> values, int64_t k) {
+  std::nth_element(values.begin(), values.begin() + (k - 1), values.end(), std::greater<double>());
+  return values[static_cast<size_t>(k - 1)];
+}
+
 TopCheck compare_with_top(const std::vector<double>& ref, const std::vector<int32_t>& kept, int64_t k,
                           double tie = 2 * kMassTolerance) {
-  std::vector<double> sorted = ref;
-  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<double>());
-  const double t = sorted[static_cast<size_t>(k - 1)];
+  const double t = kth_largest(ref, k);
   const std::set<int32_t> in(kept.begin(), kept.end());
   TopCheck c;
   for (size_t j = 0; j < ref.size(); ++j) {
@@ -203,19 +252,67 @@ double overlap(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   return static_cast<double>(both.size()) / static_cast<double>(std::max(a.size(), b.size()));
 }
 
-struct Overlap {
-  double min = 1, sum = 0;
-  int64_t count = 0;
-  void add(double x) {
-    min = std::min(min, x);
-    sum += x;
-    ++count;
+// What one ratio's lanes add up to, printed as one line.
+struct RatioTally {
+  double min_overlap = 1, sum_overlap = 0;
+  int64_t sets = 0, near_ties = 0;
+
+  void add_overlap(double x) {
+    min_overlap = std::min(min_overlap, x);
+    sum_overlap += x;
+    ++sets;
   }
-  void print(const std::string& what) const {
-    std::printf("[kvpress] %s: overlap with ObservedAttentionPress's kept tokens min %.3f mean %.3f over %lld sets\n",
-                what.c_str(), min, sum / static_cast<double>(count), static_cast<long long>(count));
+  void add(const TopCheck& c) { near_ties += c.near_ties; }
+  void print(const std::string& what, const std::string& press, double ratio) const {
+    std::printf("[kvpress] %s, ratio %.2f: %lld near ties", what.c_str(), ratio, static_cast<long long>(near_ties));
+    if (sets > 0) {
+      std::printf("; overlap with %s's kept tokens min %.3f mean %.3f over %lld sets", press.c_str(), min_overlap,
+                  sum_overlap / static_cast<double>(sets), static_cast<long long>(sets));
+    }
+    std::printf("\n");
   }
 };
+
+// At each ratio: lorakv's `policy` at `press`'s kept count, every lane handed to `check` with
+// kvpress's sets for its layer (one per KV head), the ratio's tally printed after.
+void check_each_ratio(const std::string& press, const std::string& policy, bool per_head, const std::string& what,
+                      const std::function<void(const Lane&, const std::vector<std::vector<int32_t>>&, RatioTally&)>& check) {
+  const Kvpress& k = kvpress();
+  for (double ratio : kRatios) {
+    SCOPED_TRACE("ratio " + std::to_string(ratio));
+    const KeptSets& reference = k.kept.at(press).at(ratio);
+    RatioTally tally;
+    for (const Lane& lane : lorakv_kept(policy, k.kept_count(press, ratio), per_head)) {
+      check(lane, reference[static_cast<size_t>(lane.layer)], tally);
+    }
+    tally.print(what, press, ratio);
+  }
+}
+
+std::string where(const Lane& lane, bool per_head) {
+  return "layer " + std::to_string(lane.layer) + (per_head ? ", KV head " + std::to_string(lane.group) : "");
+}
+
+// The KV heads a lane covers: its own with --per-head, else every one of its layer.
+std::vector<int64_t> kv_heads_of(const Lane& lane, bool per_head) {
+  if (per_head) return {lane.group};
+  std::vector<int64_t> heads;
+  for (int64_t h = 0; h < kvpress().num_kv_heads; ++h) heads.push_back(h);
+  return heads;
+}
+
+// A lane's reference ranking: a press's scores in lorakv's unit (Kvpress::mass or
+// Kvpress::snapkv_mass), summed over the lane's KV heads.
+using ScoreInLorakvUnit = double (Kvpress::*)(int64_t layer, int64_t head, int64_t j) const;
+
+std::vector<double> lane_reference(const Lane& lane, bool per_head, ScoreInLorakvUnit score) {
+  const Kvpress& k = kvpress();
+  std::vector<double> ref(static_cast<size_t>(k.n()), 0.0);
+  for (int64_t h : kv_heads_of(lane, per_head)) {
+    for (int64_t j = 0; j < k.n(); ++j) ref[static_cast<size_t>(j)] += (k.*score)(lane.layer, h, j);
+  }
+  return ref;
+}
 
 TEST(KvpressParity, StreamingLlmKeepsExactlyTheTokensKvpressKeeps) {
   const Kvpress& k = kvpress();
@@ -272,56 +369,86 @@ TEST(KvpressParity, H2oMassIsObservedAttentionUndividedAndKeepsItsTokensDivided)
   }
 }
 
-TEST(KvpressParity, H2oPerHeadKeepsTheHeaviestMass) {
-  const Kvpress& k = kvpress();
-  for (double ratio : kRatios) {
-    const int64_t budget = k.kept_count("observed_attention", ratio);
-    const auto& reference = k.kept.at("observed_attention").at(ratio);
-    Overlap o;
-    int64_t near_ties = 0;
-    for (const Lane& lane : lorakv_kept("h2o", budget, true)) {
-      const std::vector<int32_t>& theirs = reference[static_cast<size_t>(lane.layer)][static_cast<size_t>(lane.group)];
-      ASSERT_EQ(lane.positions.size(), theirs.size()) << "layer " << lane.layer;
-      std::vector<double> mass(static_cast<size_t>(k.n()));
-      for (int64_t j = 0; j < k.n(); ++j) mass[static_cast<size_t>(j)] = k.mass(lane.layer, lane.group, j);
-      const TopCheck c = compare_with_top(mass, lane.positions, static_cast<int64_t>(theirs.size()));
-      EXPECT_EQ(c.unexplained, 0) << "ratio " << ratio << ", layer " << lane.layer << ", KV head " << lane.group;
-      near_ties += c.near_ties;
-      o.add(overlap(lane.positions, theirs));
-    }
-    char what[96];
-    std::snprintf(what, sizeof what, "h2o per KV head, ratio %.2f (%lld near ties)", ratio,
-                  static_cast<long long>(near_ties));
-    o.print(what);
-  }
+// H2O's rule keeps the heaviest undivided mass, where kvpress keeps the heaviest mean: per
+// lane, lorakv's set must be the top of kvpress's scores in lorakv's unit, summed over the
+// lane's KV heads; the overlap with kvpress's own sets is only printed.
+void check_h2o_keeps_the_heaviest_mass(bool per_head) {
+  check_each_ratio("observed_attention", "h2o", per_head, per_head ? "h2o per KV head" : "h2o per layer",
+                   [&](const Lane& lane, const std::vector<std::vector<int32_t>>& theirs, RatioTally& tally) {
+                     const int64_t n_kept = static_cast<int64_t>(theirs.front().size());
+                     ASSERT_EQ(static_cast<int64_t>(lane.positions.size()), n_kept) << where(lane, per_head);
+                     const std::vector<double> mass = lane_reference(lane, per_head, &Kvpress::mass);
+                     const TopCheck c = compare_with_top(mass, lane.positions, n_kept);
+                     EXPECT_EQ(c.unexplained, 0) << where(lane, per_head);
+                     tally.add(c);
+                     for (int64_t h : kv_heads_of(lane, per_head)) {
+                       tally.add_overlap(overlap(lane.positions, theirs[static_cast<size_t>(h)]));
+                     }
+                   });
 }
 
-TEST(KvpressParity, H2oPerLayerKeepsTheHeaviestMassSummedOverKvHeads) {
+TEST(KvpressParity, H2oPerHeadKeepsTheHeaviestMass) { check_h2o_keeps_the_heaviest_mass(true); }
+
+TEST(KvpressParity, H2oPerLayerKeepsTheHeaviestMassSummedOverKvHeads) { check_h2o_keeps_the_heaviest_mass(false); }
+
+// A budget of n: nothing is evicted, and each row's window mass is in the dump. Pooled as
+// kvpress pools (over the rows before the window, zeros beyond them), it is kvpress's score
+// times the window's queries and the group's heads, row by row.
+TEST(KvpressParity, SnapKvWindowMassPooledAsKvpressIsItsScoreUnaveraged) {
   const Kvpress& k = kvpress();
-  for (double ratio : kRatios) {
-    const int64_t budget = k.kept_count("observed_attention", ratio);
-    const auto& reference = k.kept.at("observed_attention").at(ratio);
-    Overlap o;
-    int64_t near_ties = 0;
-    for (const Lane& lane : lorakv_kept("h2o", budget, false)) {
-      const int64_t n_kept = static_cast<int64_t>(reference[static_cast<size_t>(lane.layer)].front().size());
-      ASSERT_EQ(static_cast<int64_t>(lane.positions.size()), n_kept) << "layer " << lane.layer;
-      std::vector<double> mass(static_cast<size_t>(k.n()), 0.0);
-      for (int64_t h = 0; h < k.num_kv_heads; ++h) {
-        for (int64_t j = 0; j < k.n(); ++j) mass[static_cast<size_t>(j)] += k.mass(lane.layer, h, j);
+  const int64_t before_window = k.n() - k.snapkv_window, half = k.snapkv_kernel / 2;
+  double worst = 0;
+  for (const Lane& lane : lorakv_kept("snapkv", k.n(), true)) {
+    ASSERT_EQ(static_cast<int64_t>(lane.positions.size()), k.n());
+    ASSERT_EQ(lane.scores.size(), lane.positions.size());
+    for (int64_t j = 0; j < before_window; ++j) {
+      double sum = 0;
+      for (int64_t i = std::max<int64_t>(0, j - half); i <= std::min(before_window - 1, j + half); ++i) {
+        sum += lane.scores[static_cast<size_t>(i)];
       }
-      const TopCheck c = compare_with_top(mass, lane.positions, n_kept);
-      EXPECT_EQ(c.unexplained, 0) << "ratio " << ratio << ", layer " << lane.layer;
-      near_ties += c.near_ties;
-      for (int64_t h = 0; h < k.num_kv_heads; ++h) {
-        o.add(overlap(lane.positions, reference[static_cast<size_t>(lane.layer)][static_cast<size_t>(h)]));
-      }
+      const double pooled = sum / static_cast<double>(k.snapkv_kernel);
+      const double ref = k.snapkv_mass(lane.layer, lane.group, j);
+      const double rel = std::abs(pooled - ref) / ref;
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, kMassTolerance) << where(lane, true) << ", position " << j << ": lorakv " << pooled
+                                     << ", kvpress " << ref;
     }
-    char what[96];
-    std::snprintf(what, sizeof what, "h2o per layer, ratio %.2f (%lld near ties)", ratio,
-                  static_cast<long long>(near_ties));
-    o.print(what);
   }
+  std::printf("[kvpress] snapkv window mass, pooled as kvpress pools, against its scores * %lld * %lld: "
+              "max relative error %.3g\n",
+              static_cast<long long>(k.snapkv_window), static_cast<long long>(k.group), worst);
+}
+
+// Per KV head lorakv keeps exactly SnapKVPress's tokens.
+TEST(KvpressParity, SnapKvPerHeadKeepsKvpressTokens) {
+  check_each_ratio("snapkv", "snapkv", true, "snapkv per KV head",
+                   [](const Lane& lane, const std::vector<std::vector<int32_t>>& theirs, RatioTally& tally) {
+                     const std::vector<int32_t>& head = theirs[static_cast<size_t>(lane.group)];
+                     ASSERT_EQ(lane.positions.size(), head.size()) << where(lane, true);
+                     const std::vector<double> scores = lane_reference(lane, true, &Kvpress::snapkv_mass);
+                     const TopCheck c = compare_with_top(scores, lane.positions, static_cast<int64_t>(head.size()));
+                     EXPECT_EQ(c.unexplained, 0) << where(lane, true);
+                     EXPECT_EQ(c.near_ties, 0) << where(lane, true) << ": none measured (see the header)";
+                     EXPECT_EQ(lane.positions, head) << where(lane, true) << ": the very set kvpress keeps";
+                     tally.add(c);
+                     tally.add_overlap(overlap(lane.positions, head));
+                   });
+}
+
+// One set per layer: the top of SnapKVPress's scores summed over the layer's KV heads; its
+// overlap with each KV head's kvpress set is printed.
+TEST(KvpressParity, SnapKvPerLayerKeepsTheTopOfKvpressScoresSummedOverKvHeads) {
+  check_each_ratio("snapkv", "snapkv", false, "snapkv per layer",
+                   [](const Lane& lane, const std::vector<std::vector<int32_t>>& theirs, RatioTally& tally) {
+                     const int64_t n_kept = static_cast<int64_t>(theirs.front().size());
+                     ASSERT_EQ(static_cast<int64_t>(lane.positions.size()), n_kept) << where(lane, false);
+                     const std::vector<double> scores = lane_reference(lane, false, &Kvpress::snapkv_mass);
+                     const TopCheck c = compare_with_top(scores, lane.positions, n_kept);
+                     EXPECT_EQ(c.unexplained, 0) << where(lane, false);
+                     EXPECT_EQ(c.near_ties, 0) << where(lane, false) << ": none measured (see the header)";
+                     tally.add(c);
+                     for (const std::vector<int32_t>& head : theirs) tally.add_overlap(overlap(lane.positions, head));
+                   });
 }
 
 }  // namespace

@@ -185,6 +185,40 @@ TEST_F(CacheSectionTest, EvictionRefusals) {
   expect_error(head + "    policy: h2o\n    budget: 64\n    window: -1\n" + rest, {"session.yaml:6:13", "[cache.eviction.window]"});
 }
 
+TEST_F(CacheSectionTest, EvictionPolicyKeysLandInTheStruct) {
+  const std::string rest = std::string("agents:\n  planner:\n") + kMinimalWorkflow;
+  const SessionConfig pyramid = load("model: model.gguf\ncache:\n  eviction: {policy: pyramidkv, budget: 0.5, scoring: max, "
+                                     "layer_budgets: [1, 2.5], pyramid_beta: 8}\n" + rest);
+  const cache::eviction::EvictionConfig& e = pyramid.cache.eviction;
+  EXPECT_EQ(e.scoring, "max");
+  EXPECT_EQ(e.layer_budgets, "list");
+  EXPECT_EQ(e.layer_weights, (std::vector<double>{1, 2.5}));
+  EXPECT_EQ(e.pyramid_beta, 8);
+  const SessionConfig ada = load("model: model.gguf\ncache:\n  eviction: {policy: adakv, budget: 64, head_floor: 0.5}\n" + rest);
+  EXPECT_EQ(ada.cache.eviction.head_floor, 0.5);
+  EXPECT_EQ(ada.cache.eviction.layer_budgets, "pyramid") << "default";
+  const SessionConfig lev = load("model: model.gguf\ncache:\n  eviction: {policy: leverage, budget: 64, leverage_rank: 4}\n" + rest);
+  EXPECT_EQ(lev.cache.eviction.leverage_rank, 4);
+  EXPECT_EQ(lev.cache.eviction.scoring, "auto") << "default";
+}
+
+TEST_F(CacheSectionTest, EvictionPolicyKeyRefusals) {
+  const std::string head = "model: model.gguf\ncache:\n  eviction:\n    budget: 64\n";
+  const std::string rest = std::string("agents:\n  planner:\n") + kMinimalWorkflow;
+  expect_error(head + "    policy: h2o\n    scoring: mean\n" + rest,
+               {"session.yaml:6:14", "[cache.eviction.scoring]", "choose one of auto, sum, max, writer"});
+  expect_error(head + "    policy: streaming_llm\n    scoring: max\n" + rest,
+               {"session.yaml:6:14", "[cache.eviction.scoring]", "does not score rows by attention mass"});
+  expect_error(head + "    policy: pyramidkv\n    layer_budgets: cone\n" + rest,
+               {"session.yaml:6:20", "[cache.eviction.layer_budgets]", "choose one of pyramid, flat"});
+  expect_error(head + "    policy: pyramidkv\n    layer_budgets: [1, 0]\n" + rest,
+               {"session.yaml:6:24", "[cache.eviction.layer_budgets[1]]"});
+  expect_error(head + "    policy: pyramidkv\n    layer_budgets: []\n" + rest, {"[cache.eviction.layer_budgets]", "empty"});
+  expect_error(head + "    policy: pyramidkv\n    pyramid_beta: 0.5\n" + rest, {"session.yaml:6:19", "[cache.eviction.pyramid_beta]"});
+  expect_error(head + "    policy: adakv\n    head_floor: 2\n" + rest, {"session.yaml:6:17", "[cache.eviction.head_floor]"});
+  expect_error(head + "    policy: leverage\n    leverage_rank: 0\n" + rest, {"session.yaml:6:20", "[cache.eviction.leverage_rank]"});
+}
+
 TEST_F(OutputSectionTest, ValuesLandInTheStruct) {
   std::filesystem::create_directories(dir() + "/runs");
   const SessionConfig c = load(std::string("model: model.gguf\nagents:\n  planner:\n") + kMinimalWorkflow +
