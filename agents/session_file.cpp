@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "lorakv/agents/errors.h"
+#include "lorakv/agents/session_file_eviction.h"
 #include "lorakv/common/sha256.h"
 #include "lorakv/formats/json.h"
 #include "lorakv/formats/mapped_file.h"
@@ -44,6 +45,8 @@ std::string sha256_hex(const void* data, size_t bytes) {
 formats::SafetensorsDtype dtype_of(const at::Tensor& t) {
   if (t.scalar_type() == at::kFloat) return formats::SafetensorsDtype::kF32;
   if (t.scalar_type() == at::kBFloat16) return formats::SafetensorsDtype::kBF16;
+  if (t.scalar_type() == at::kInt) return formats::SafetensorsDtype::kI32;  // lane positions
+  if (t.scalar_type() == at::kByte) return formats::SafetensorsDtype::kU8;  // lane masks
   throw ConfigError("rows of this dtype cannot be saved", {"", "", "float32 or bfloat16", c10::toString(t.scalar_type())});
 }
 
@@ -86,9 +89,13 @@ struct Encoder {
     put(o, "key", key(rows.key));
     put(o, "tokens", numbers(rows.tokens));
     writers(o, rows.writers, table);
+    // Per layer, or with lanes per lane (runtime::SequenceRows).
     for (size_t l = 0; l < rows.k.size(); ++l) {
       add(prefix + ".k." + std::to_string(l), rows.k[l]);
       add(prefix + ".v." + std::to_string(l), rows.v[l]);
+    }
+    if (!rows.lanes.empty()) {
+      put(o, "lanes", encode_lanes(prefix, rows.lanes, [this](const std::string& name, const at::Tensor& t) { add(name, t); }));
     }
     std::vector<JsonValue> residuals;
     for (size_t j = 0; j < rows.residuals.size(); ++j) {
@@ -134,13 +141,19 @@ struct Decoder {
     return k;
   }
 
-  at::Tensor tensor(const std::string& name) const {
+  // A tensor that is there and matches its checksum.
+  const formats::SafetensorsTensorInfo& checked(const std::string& name) const {
     const formats::SafetensorsTensorInfo* info = file.find_tensor(name);
     if (info == nullptr) fail("a tensor is missing", name);
     const JsonValue* sum = checksums.find(name);
     if (sum == nullptr || sum->as_string() != sha256_hex(info->data, static_cast<size_t>(info->num_bytes))) {
       fail("a tensor's bytes do not match their checksum", name);
     }
+    return *info;
+  }
+
+  at::Tensor tensor(const std::string& name) const {
+    const formats::SafetensorsTensorInfo* info = &checked(name);
     const at::ScalarType dtype = info->dtype == formats::SafetensorsDtype::kF32    ? at::kFloat
                                  : info->dtype == formats::SafetensorsDtype::kBF16 ? at::kBFloat16
                                                                                    : at::kByte;
@@ -161,14 +174,25 @@ struct Decoder {
     return out;
   }
 
-  runtime::SequenceRows sequence(const std::string& prefix, const JsonValue& o, int64_t layers) const {
+  // `layers`: K and V tensors of a sequence without lanes; `with_lanes`: the sequence must
+  // have lanes (a file with an eviction policy), and then has a K and V per lane.
+  runtime::SequenceRows sequence(const std::string& prefix, const JsonValue& o, int64_t layers, bool with_lanes) const {
     runtime::SequenceRows rows;
     std::vector<AdapterIdentity> table;
     for (const JsonValue& w : o.at("writer_table").as_array()) table.push_back(identity(w, w.path()));
     rows.key = key(o.at("key"));
     for (const JsonValue& t : o.at("tokens").as_array()) rows.tokens.push_back(static_cast<int32_t>(t.as_int()));
     rows.writers = writers(o, table, *this);
-    for (int64_t l = 0; l < layers; ++l) {
+    if (with_lanes != o.contains("lanes")) {
+      fail(with_lanes ? "a sequence without the lanes its eviction policy needs" : "lanes in a file without eviction",
+           prefix + ".lanes");
+    }
+    if (with_lanes) {
+      rows.lanes = decode_lanes(path, prefix, o.at("lanes"), static_cast<int64_t>(rows.tokens.size()),
+                                [this](const std::string& name) -> const formats::SafetensorsTensorInfo& { return checked(name); });
+    }
+    const int64_t tensors = with_lanes ? static_cast<int64_t>(rows.lanes.size()) : layers;
+    for (int64_t l = 0; l < tensors; ++l) {
       rows.k.push_back(tensor(prefix + ".k." + std::to_string(l)));
       rows.v.push_back(tensor(prefix + ".v." + std::to_string(l)));
     }
@@ -178,8 +202,14 @@ struct Decoder {
       r.key = key(residuals[j].at("key"));
       for (const JsonValue& rank : residuals[j].at("ranks").as_array()) r.ranks.push_back(rank.as_int());
       r.writers = writers(residuals[j], table, *this);
-      for (size_t l = 0; l < r.ranks.size(); ++l) {
-        r.c.push_back(r.ranks[l] > 0 ? tensor(prefix + ".r" + std::to_string(j) + "." + std::to_string(l)) : at::Tensor());
+      // Per layer, or per lane (lanes are layer-major: lane / lanes-per-layer is its layer).
+      if (r.ranks.empty() || tensors % static_cast<int64_t>(r.ranks.size()) != 0) {
+        fail("a residual stream's ranks do not match its sequence's layers", residuals[j].at("ranks").path());
+      }
+      const int64_t per_layer = tensors / static_cast<int64_t>(r.ranks.size());
+      for (int64_t l = 0; l < tensors; ++l) {
+        const bool adapted = r.ranks[static_cast<size_t>(l / per_layer)] > 0;
+        r.c.push_back(adapted ? tensor(prefix + ".r" + std::to_string(j) + "." + std::to_string(l)) : at::Tensor());
       }
       rows.residuals.push_back(std::move(r));
     }
@@ -192,8 +222,10 @@ struct Decoder {
 std::vector<uint8_t> encode_session(const SessionFile& f) {
   Encoder enc;
   JsonObject header;
+  // Version 1 when there is nothing to evict: older readers take the file.
+  const bool evicts = f.options.eviction.enabled();
   put(header, "format", text(kFormat));
-  put(header, "version", number(kSessionFormatVersion));
+  put(header, "version", number(evicts ? kSessionFormatVersion : kSessionFormatVersionWithoutEviction));
   put(header, "model_sha256", text(f.model_sha256));
   JsonObject options;
   put(options, "mode", text(runtime::sharing_mode_name(f.options.mode)));
@@ -203,6 +235,7 @@ std::vector<uint8_t> encode_session(const SessionFile& f) {
   put(options, "reserve_tokens", number(f.options.reserve_tokens));
   put(options, "reserve_reply_tokens", number(f.options.reserve_reply_tokens));
   put(header, "options", JsonValue::make_object(std::move(options)));
+  if (evicts) put(header, "eviction", eviction_json(f.options.eviction));
   std::vector<JsonValue> agents;
   for (const SavedAgent& a : f.agents) {
     JsonObject o;
@@ -214,12 +247,16 @@ std::vector<uint8_t> encode_session(const SessionFile& f) {
   }
   put(header, "agents", JsonValue::make_array(std::move(agents)));
   put(header, "tokens", numbers(f.rows.tokens));
-  put(header, "layers", number(f.rows.shared ? static_cast<int64_t>(f.rows.shared->k.size()) : 0));
+  // K and V tensors per sequence without lanes (a sequence with lanes has one per lane).
+  const auto layers_of = [](const std::optional<runtime::SequenceRows>& s) -> int64_t {
+    return s && s->lanes.empty() ? static_cast<int64_t>(s->k.size()) : 0;
+  };
+  put(header, "layers", number(layers_of(f.rows.shared)));
   put(header, "shared", f.rows.shared ? enc.sequence("shared", *f.rows.shared) : JsonValue());
   std::vector<JsonValue> own;
-  int64_t layers = f.rows.shared ? static_cast<int64_t>(f.rows.shared->k.size()) : 0;
+  int64_t layers = layers_of(f.rows.shared);
   for (size_t i = 0; i < f.rows.own.size(); ++i) {
-    if (f.rows.own[i]) layers = static_cast<int64_t>(f.rows.own[i]->k.size());
+    layers = std::max(layers, layers_of(f.rows.own[i]));
     own.push_back(f.rows.own[i] ? enc.sequence("own" + std::to_string(i), *f.rows.own[i]) : JsonValue());
   }
   put(header, "own", JsonValue::make_array(std::move(own)));
@@ -243,10 +280,12 @@ SessionFile read_session(const std::string& path) {
     const JsonValue h = formats::parse_json(meta->second);
     if (h.at("format").as_string() != kFormat) throw SessionFileError("not a lorakv session", {path, "format"});
     const int64_t version = h.at("version").as_int();
-    if (version != kSessionFormatVersion) {
+    if (version != kSessionFormatVersion && version != kSessionFormatVersionWithoutEviction) {
       throw SessionFileError("unknown session format version " + std::to_string(version),
-                             {path, "version", std::to_string(kSessionFormatVersion), std::to_string(version),
-                              "restore it with the lorakv that saved it"});
+                             {path, "version",
+                              std::to_string(kSessionFormatVersionWithoutEviction) + " or " +
+                                  std::to_string(kSessionFormatVersion),
+                              std::to_string(version), "restore it with the lorakv that saved it"});
     }
     const Decoder d{path, *file, h.at("checksums")};
     SessionFile f;
@@ -262,20 +301,23 @@ SessionFile read_session(const std::string& path) {
     // Added within version 1: absent in files written before admission existed.
     f.options.reserve_tokens = o.find_int("reserve_tokens").value_or(0);
     f.options.reserve_reply_tokens = o.find_int("reserve_reply_tokens").value_or(SessionOptions{}.reserve_reply_tokens);
+    // Version 2: the eviction keys (and lanes, with a policy); version 1 evicts nothing.
+    if (version >= 2) f.options.eviction = eviction_from_json(path, h.at("eviction"));
+    const bool with_lanes = f.options.eviction.enabled();
     for (const JsonValue& a : h.at("agents").as_array()) {
       f.agents.push_back({{a.at("name").as_string(), a.at("adapter").as_string(), a.at("instruction").as_string()},
                           d.identity(a.at("adapter_sha256"), a.at("adapter_sha256").path())});
     }
-    f.rows.options = {*mode, *writer};
+    f.rows.options = {*mode, *writer, f.options.eviction};
     for (const JsonValue& t : h.at("tokens").as_array()) f.rows.tokens.push_back(static_cast<int32_t>(t.as_int()));
     const int64_t layers = h.at("layers").as_int();
-    if (!h.at("shared").is_null()) f.rows.shared = d.sequence("shared", h.at("shared"), layers);
+    if (!h.at("shared").is_null()) f.rows.shared = d.sequence("shared", h.at("shared"), layers, with_lanes);
     const std::vector<JsonValue>& own = h.at("own").as_array();
     for (size_t i = 0; i < own.size(); ++i) {
       if (own[i].is_null()) {
         f.rows.own.push_back(std::nullopt);
       } else {
-        f.rows.own.push_back(d.sequence("own" + std::to_string(i), own[i], layers));
+        f.rows.own.push_back(d.sequence("own" + std::to_string(i), own[i], layers, with_lanes));
       }
     }
     if (f.rows.own.size() != f.agents.size()) d.fail("agents and their rows differ in number", "own");

@@ -3,8 +3,10 @@
 // the rows as tensors ("shared.k.<layer>", "own<i>.v.<layer>", "shared.r<j>.<layer>"), and
 // under the metadata key "lorakv.session" a JSON header: format name and version, the
 // model's identity, the session's options, its agents with their adapters' identities, the
-// trajectory, each sequence's content key and writers, and a SHA-256 per tensor. Version 1;
-// the eviction issue adds fields (scales, positions, scores) under a new version.
+// trajectory, each sequence's content key and writers, and a SHA-256 per tensor. Version 2
+// adds the eviction section (agents/session_file_eviction.h): the eviction keys, and per
+// sequence its rows lane by lane with their positions, masks and scores. A session without
+// a policy is written as version 1, which older readers take; both versions are read.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,9 @@
 
 namespace lorakv::agents {
 
-inline constexpr int64_t kSessionFormatVersion = 1;
+// The newest version read and written; version 1 has no eviction section (policy none).
+inline constexpr int64_t kSessionFormatVersion = 2;
+inline constexpr int64_t kSessionFormatVersionWithoutEviction = 1;
 
 struct SavedAgent {
   AgentOptions options;

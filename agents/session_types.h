@@ -34,8 +34,8 @@ struct SessionOptions {
   runtime::SharedWriter writer = runtime::SharedWriter::kFirst;
   // The trajectory's token budget and the policy that keeps it (docs/eviction.md): after
   // every step the shared rows (each agent's own rows in `full`) are evicted down to it.
-  // An agent's instruction and its reply in progress are never evicted. A session with a
-  // policy cannot be saved yet (save refuses it by name).
+  // An agent's instruction and its reply in progress are never evicted. A saved session
+  // keeps the policy, the kept rows and their scores (docs/sessions.md, "Save and restore").
   cache::eviction::EvictionConfig eviction;
   int32_t priority = 0;               // higher goes first when a step's budget is short
   int64_t max_tokens_per_step = 0;    // this session's tokens in one engine step; 0: no cap

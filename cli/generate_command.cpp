@@ -6,6 +6,7 @@
 
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
+#include "lorakv/cli/eviction_flags.h"
 #include "lorakv/cli/generate_options.h"
 #include "lorakv/adapters/adapter_registry.h"
 #include "lorakv/common/errors.h"
@@ -51,6 +52,9 @@ flags:
                             bfloat16, or float32 (exact against the dequantised model)
   --log-level LEVEL         trace, debug, info, warn, error or off (default info)
   --help                    this text
+
+KV eviction (prompt and reply together; the reply joins the context every 16 tokens, so
+its rows count toward the budget and a long reply stays within it):
 )";
 
 // The adapters named by --adapter, loaded for the model's shape and dtype.
@@ -69,7 +73,7 @@ void load_adapters(const std::vector<AdapterSpec>& specs, adapters::AdapterRegis
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CliArgs a(args, generate_value_flags(), generate_bool_flags(), "generate");
   if (a.has("--help")) {
-    out << kGenerateHelp;
+    out << kGenerateHelp << eviction_flags_help();
     return 0;
   }
   // Every flag is checked before the model loads (seconds to minutes).
@@ -109,6 +113,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   runtime::EngineMemory memory;
   runtime::GeneratorOptions gen_options;
   gen_options.memory = &memory;
+  gen_options.eviction = options.eviction;
   std::vector<runtime::GenerationOutput> results = runtime::generate(
       *loaded.model, &tok, requests,
       [&](const runtime::StreamEvent& e) {
@@ -147,6 +152,8 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
                   mib(c.peak_bytes_in_use), mib(c.base_k_bytes), mib(c.base_v_bytes), mib(c.positions_bytes),
                   mib(c.residual_bytes_total), mib(c.metadata_bytes), mib(memory.model_weight_bytes), mib(memory.adapter_bytes));
     err << line << "\n";
+    err << "[eviction: " << describe_eviction(options.eviction) << "; KV cache peak " << c.peak_bytes_in_use
+        << " bytes]\n";
   }
   return 0;
 }

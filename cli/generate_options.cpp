@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "lorakv/cli/eviction_flags.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/formats/chat_template.h"
 #include "lorakv/runtime/loaded_model.h"
@@ -121,9 +122,13 @@ std::vector<std::string> parse_stops(const CliArgs& a) {
 }  // namespace
 
 const std::set<std::string>& generate_value_flags() {
-  static const std::set<std::string> flags = {
-      "--model", "--prompt", "--max-tokens", "--temperature", "--top-k",   "--top-p",   "--repetition-penalty",
-      "--seed",  "--stop",   "--dtype", "--weights",      "--log-level",   "--adapter", "--use",     "--chat-format"};
+  static const std::set<std::string> flags = [] {
+    std::set<std::string> f = {"--model", "--prompt",  "--max-tokens", "--temperature", "--top-k",
+                               "--top-p", "--repetition-penalty", "--seed", "--stop", "--dtype",
+                               "--weights", "--log-level", "--adapter", "--use", "--chat-format"};
+    f.insert(eviction_value_flags().begin(), eviction_value_flags().end());
+    return f;
+  }();
   return flags;
 }
 
@@ -164,6 +169,7 @@ GenerateOptions parse_generate_options(const CliArgs& a) {
   o.request.sampling = parse_sampling(a);
   o.request.stop_strings = parse_stops(a);
   o.request.logprobs = a.has("--logprobs");
+  o.eviction = parse_eviction_flags(a);
   o.print_memory = a.has("--memory");
   return o;
 }

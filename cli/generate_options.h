@@ -30,6 +30,7 @@ struct GenerateOptions {
   std::vector<std::string> uses;               // one per prompt ("base" or an adapter name), or empty: all base
   std::vector<AdapterSpec> adapters;           // distinct names, in the order given
   runtime::GenerationRequest request;          // everything but the prompt and the stop token ids
+  cache::eviction::EvictionConfig eviction;    // --policy, --budget, --sinks, --window (cli/eviction_flags.h)
   at::ScalarType dtype = at::kFloat;
   runtime::WeightForm weights = runtime::WeightForm::kNative;  // --weights
   bool chat = false;

@@ -144,19 +144,33 @@ struct EngineMemory {
 };
 
 // One sequence's rows as the pools hold them (Engine::export_context): importing them gives
-// back the same attention inputs bit for bit. Rows 0..n-1 at positions 0..n-1.
+// back the same attention inputs bit for bit. Without `lanes`: rows 0..n-1 at positions
+// 0..n-1 in every lane. With `lanes` (a context with an eviction policy): each lane's rows as
+// eviction left them, so that the restored context goes on evicting as the saved one would.
 struct SequenceRows {
   cache::ContentKey key;
   std::vector<int32_t> tokens;
-  std::vector<AdapterIdentity> writers;  // per row
-  std::vector<at::Tensor> k, v;          // per layer: [n, kv_heads, head_dim], the storage dtype
+  std::vector<AdapterIdentity> writers;  // per position
+  // The storage dtype. Without lanes, per layer: [n, kv_heads, head_dim]; with lanes, per
+  // lane: [the lane's rows, heads_per_group, head_dim] (masked rows included).
+  std::vector<at::Tensor> k, v;
   struct Residual {
     cache::ContentKey key;
     std::vector<int64_t> ranks;            // per layer; 0 where the module is not adapted
     std::vector<AdapterIdentity> writers;  // per covered position (0..covered-1)
-    std::vector<at::Tensor> c;             // per layer: [covered, rank]; undefined at rank 0
+    // Undefined where the layer's rank is 0. Without lanes, per layer: [covered, rank]; with
+    // lanes, per lane: [m, rank], beside the lane's first m rows (its rows before `covered`).
+    std::vector<at::Tensor> c;
   };
   std::vector<Residual> residuals;
+  // Per lane (layer-major: cache::CacheLayout::lane) when the context has an eviction policy:
+  // the rows the lane holds, in order, rows evicted inside a block it keeps included.
+  struct Lane {
+    std::vector<int32_t> positions;  // per row, ascending
+    std::vector<uint8_t> live;       // per row, 0: evicted (masked); empty: every row live
+    std::vector<float> scores;       // per row, the policy's attention mass; empty: none recorded
+  };
+  std::vector<Lane> lanes;
 };
 
 // A context's tokens and rows, for saving it (agents/session_file.h).
@@ -218,13 +232,15 @@ class Engine {
   // writes into a shared block. Throws ConfigError while a reader has private rows (a reply
   // in flight): its rows and tokens would have no owner in the copy.
   ContextId fork_context(ContextId source);
-  // The context's tokens and rows, with the own rows of `readers` (in that order). Throws
-  // ConfigError while a reader has private rows, or for compacted rows.
+  // The context's tokens and rows, with the own rows of `readers` (in that order); with an
+  // eviction policy, lane by lane with their masks and scores (SequenceRows::lanes). Throws
+  // ConfigError while a reader has private rows, or for compacted rows without a policy.
   ContextRows export_context(ContextId context, const std::vector<int32_t>& readers) const;
   // A new context holding `rows`, with `readers` (export's readers, in order: reader i gets
   // rows.own[i]). Rows the prefix index holds for the same tokens, key and writers are
-  // adopted instead of copied. Throws CapacityError when the pools cannot hold the rest
-  // (nothing is kept), ConfigError for rows that do not fit this model or these readers.
+  // adopted instead of copied; rows with lanes are rebuilt in chunks, lane by lane. Throws
+  // CapacityError when the pools cannot hold the rest (nothing is kept), ConfigError for
+  // rows that do not fit this model or these readers.
   ContextId import_context(const ContextRows& rows,
                            const std::vector<std::shared_ptr<const adapters::Adapter>>& readers);
 

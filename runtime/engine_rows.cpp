@@ -1,7 +1,8 @@
 // runtime/engine_rows.cpp: a context's rows out of the pools and back in (save and restore).
 // Export gathers each sequence's rows as stored; import writes them into new sequences in
 // runs of one writer (an append has one writer), after adopting what the prefix index
-// already holds with the same tokens, key and writers.
+// already holds with the same tokens, key and writers. A context with an eviction policy
+// goes lane by lane, with each lane's masks and scores (runtime/evicted_rows.h).
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -10,6 +11,7 @@
 #include "lorakv/common/sha256.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/engine_state.h"
+#include "lorakv/runtime/evicted_rows.h"
 
 namespace lorakv::runtime {
 
@@ -145,11 +147,10 @@ void import_sequence(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& 
 
 ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>& readers) const {
   const ContextState& c = state_->context(context);
-  if (c.options.eviction.enabled()) {
-    throw ConfigError("a context with an eviction policy cannot be exported yet",
-                      {"", "context " + std::to_string(context.value()) + " eviction.policy", "none",
-                       c.options.eviction.policy, ""});
-  }
+  // With a policy, rows may be evicted or packed: each lane goes with its rows as they are.
+  const auto export_rows = [&](SeqId seq) {
+    return c.policy ? export_lanes(*cache_, seq) : export_sequence(*cache_, seq);
+  };
   ContextRows out;
   out.options = c.options;
   out.tokens = c.tokens;
@@ -159,11 +160,10 @@ ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>
                         {"", "context " + std::to_string(context.value()), "", "", "save after the reply ends"});
     }
   }
-  if (c.shared_seq.valid()) out.shared = export_sequence(*cache_, c.shared_seq);
+  if (c.shared_seq.valid()) out.shared = export_rows(c.shared_seq);
   for (int32_t index : readers) {
     const ReaderState& r = state_->reader({context, index});
-    out.own.push_back(r.own_seq.valid() ? std::optional<SequenceRows>(export_sequence(*cache_, r.own_seq))
-                                        : std::nullopt);
+    out.own.push_back(r.own_seq.valid() ? std::optional<SequenceRows>(export_rows(r.own_seq)) : std::nullopt);
   }
   return out;
 }
@@ -174,26 +174,40 @@ ContextId Engine::import_context(const ContextRows& rows,
     throw ConfigError("saved rows name another number of readers",
                       {"", "readers", std::to_string(rows.own.size()), std::to_string(readers.size())});
   }
+  const auto has_lanes = [](const std::optional<SequenceRows>& s) { return s && !s->lanes.empty(); };
+  if (has_lanes(rows.shared)) check_lanes(cache_->layout(), *rows.shared);
+  for (const std::optional<SequenceRows>& own : rows.own) {
+    if (has_lanes(own)) check_lanes(cache_->layout(), *own);
+  }
   const ContextId id = create_context(rows.options, readers);
   ContextState& c = state_->context(id);
   append(id, rows.tokens);
+  // The sequences of the context: the shared one, then each reader's own.
+  std::vector<std::pair<const std::optional<SequenceRows>*, SeqId*>> seqs = {{&rows.shared, &c.shared_seq}};
+  for (size_t i = 0; i < readers.size(); ++i) seqs.push_back({&rows.own[i], &c.readers[i].own_seq});
   cache_->begin_transaction();
   try {
-    if (rows.shared) {
-      c.shared_seq = state_->new_seq();
-      import_sequence(*cache_, c.shared_seq, *rows.shared);
-    }
-    for (size_t i = 0; i < readers.size(); ++i) {
-      if (!rows.own[i]) continue;
-      ReaderState& r = c.readers[i];
-      r.own_seq = state_->new_seq();
-      import_sequence(*cache_, r.own_seq, *rows.own[i]);
+    for (auto& [saved, seq] : seqs) {
+      if (!*saved || has_lanes(*saved)) continue;
+      *seq = state_->new_seq();
+      import_sequence(*cache_, *seq, **saved);
     }
     cache_->commit_transaction();
   } catch (...) {
     cache_->rollback_transaction();
     c.shared_seq = SeqId();
     for (ReaderState& r : c.readers) r.own_seq = SeqId();
+    release_context(id);
+    throw;
+  }
+  // Lanes pack and mask rows, which no transaction undoes: on failure the context goes.
+  try {
+    for (auto& [saved, seq] : seqs) {
+      if (!has_lanes(*saved)) continue;
+      *seq = state_->new_seq();  // import_lanes creates it before anything can fail
+      import_lanes(*cache_, *seq, **saved, options_.prefill_chunk);
+    }
+  } catch (...) {
     release_context(id);
     throw;
   }

@@ -3,8 +3,10 @@
 #include "lorakv/runtime/generator.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "lorakv/common/errors.h"
 #include "lorakv/formats/bpe_tokenizer.h"
@@ -78,13 +80,36 @@ std::optional<int32_t> take_token(const GenerationRequest& r, size_t i, Live& s,
 }
 
 // Bytes of the base pool that hold every request's prompt and reply (whole blocks, per
-// request) plus one block of slack per request for a reply's private rows.
-int64_t pool_bytes_for(const LlamaModel& model, const std::vector<GenerationRequest>& requests, int64_t block_size) {
+// request) plus one block of slack per request for a reply's private rows, and with
+// commits (`commit_rows` > 0) the rows of one commit twice while they move.
+int64_t pool_bytes_for(const LlamaModel& model, const std::vector<GenerationRequest>& requests, int64_t block_size,
+                       int64_t commit_rows) {
   int64_t rows = 0;
   for (const GenerationRequest& r : requests) {
-    rows += static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(r.max_new_tokens, 0) + 2 * block_size;
+    rows += static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(r.max_new_tokens, 0) + 2 * block_size + commit_rows;
   }
   return Engine::base_row_bytes(model) * rows;
+}
+
+// Commits each reader's reply so far into its context once it holds `every` private tokens,
+// so that a policy can evict its rows (it never evicts private rows). In `full` with nothing
+// appended since the reply began, the rows are adopted, not computed again.
+void commit_replies(Engine& engine, const std::map<size_t, ReaderRef>& readers, int64_t every) {
+  for (const auto& [request, reader] : readers) {
+    if (static_cast<int64_t>(engine.private_tokens(reader).size()) < every) continue;
+    engine.commit_private(reader);
+    if (engine.pending_tokens(reader) > 0) {  // not adopted: the rows went, the reply cannot go on
+      throw CapacityError("the pools cannot take the reply's rows into its context",
+                          {"", "request " + std::to_string(request), "", "", "raise EngineOptions::kv_pool_bytes"});
+    }
+  }
+}
+
+void check_eviction(const GeneratorOptions& o) {
+  o.eviction.check("eviction");  // ConfigError naming the key
+  if (o.eviction.enabled() && o.commit_every < 1) {
+    throw ConfigError("commit_every must be at least 1 token", {"", "commit_every", ">= 1", std::to_string(o.commit_every)});
+  }
 }
 
 }  // namespace
@@ -111,27 +136,39 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
 
   if (options.use_cache) {
     // Each request is a context of its own with one reader in `full` mode: its prompt is the
-    // context, its reply private rows. The driver runs them all as one batched step at a
-    // time: prompts in chunks, then one token each. Identical prompts share their rows (the
-    // first request writes them, the others adopt them a step later).
+    // context, its reply private rows (committed as it goes with an eviction policy). The
+    // driver runs them all as one batched step at a time: prompts in chunks, then one token
+    // each. Identical prompts share their rows (the first request writes them, the others
+    // adopt them a step later).
+    check_eviction(options);
+    const bool commits = options.eviction.enabled();
     EngineOptions eo;
-    eo.kv_pool_bytes = pool_bytes_for(model, requests, eo.block_size);
+    eo.kv_pool_bytes = pool_bytes_for(model, requests, eo.block_size, commits ? options.commit_every : 0);
     Engine engine(model, eo);
     std::vector<DriverJob> jobs;
+    std::map<size_t, ReaderRef> generating;  // request -> its reader, until its context goes
     for (size_t i = 0; i < requests.size(); ++i) {
       if (live[i].done) continue;
-      const ContextId ctx = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {requests[i].adapter});
+      const ContextId ctx =
+          engine.create_context({SharingMode::kFull, SharedWriter::kFirst, options.eviction}, {requests[i].adapter});
       engine.append(ctx, requests[i].prompt);
       DriverJob job;
       job.reader = {ctx, 0};
       job.next = [&, i](const at::Tensor& logits) {
         return take_token(requests[i], i, live[i], outputs[i], logits, on_event);
       };
-      job.on_done = [&engine, ctx] { engine.release_context(ctx); };
+      job.on_done = [&engine, &generating, ctx, i] {
+        generating.erase(i);
+        engine.release_context(ctx);
+      };
+      generating[i] = job.reader;
       jobs.push_back(std::move(job));
     }
-    StepHook hook;
-    if (options.memory) hook = [&options](Engine& e, const StepResult&) { *options.memory = e.memory(); };
+    // After every step: the replies committed (with a policy), then the memory measured.
+    const StepHook hook = [&](Engine& e, const StepResult&) {
+      if (commits) commit_replies(e, generating, options.commit_every);
+      if (options.memory) *options.memory = e.memory();
+    };
     Driver driver(engine, hook);
     driver.run(jobs);
     if (options.stats) *options.stats = driver.stats();

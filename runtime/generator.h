@@ -61,6 +61,12 @@ struct GeneratorOptions {
   // When set (and use_cache), the driver's sums over the run: steps, tokens processed,
   // prefix-hit tokens (identical prompts are computed once), host time per phase.
   DriverStats* stats = nullptr;
+  // The eviction keys of each request's context (docs/eviction.md; use_cache only). A reply
+  // is private rows, which no policy evicts, so with a policy the reply is committed into
+  // its context every `commit_every` tokens: its rows then count toward the budget, and the
+  // cache holds about the budget plus commit_every rows per request however long the reply.
+  cache::eviction::EvictionConfig eviction;
+  int64_t commit_every = 16;
 };
 
 // Runs all requests as one batch until each finishes. `tokenizer` may be null when no
