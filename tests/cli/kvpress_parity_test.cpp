@@ -4,7 +4,8 @@
 // int(n * (1 - ratio)) rows per layer and KV head; here `lorakv perplexity` runs the same
 // tokens as one window of one chunk (--context = --chunk = n), so the engine evicts once,
 // after that step, to a budget of kvpress's kept count, and --dump-kept shows what each lane
-// (a layer, or a KV head with --per-head) keeps. Ratios 0.5 and 0.75.
+// (a layer, or a KV head with --per-head) keeps. Ratios 0.5 and 0.75. One oracle run (one
+// model load, one prefill forward) serves every press below.
 //   - streaming_llm with 4 sinks keeps exactly StreamingLLMPress(n_sink=4)'s tokens, in
 //     every layer and KV head.
 //   - h2o and ObservedAttentionPress rank rows by the same attention, normalised apart. For
@@ -35,6 +36,42 @@
 //     kvpress's scores summed over the layer's KV heads (same rule, not needed at these
 //     ratios), and its overlap with each KV head's set is printed (mean 0.85 at ratio 0.5,
 //     0.83 at 0.75).
+//   - pyramidkv and PyramidKVPress(window_size 16, kernel_size 5, beta 20 and 5) keep SnapKV's
+//     best rows per KV head, a count per layer from get_layer_budget: the first layer
+//     2b - b/beta, the last b/beta, linearly between (the first capped at n - window, the
+//     last then 2b less that); every layer b where the last would fall below the window.
+//     lorakv runs with --per-head --sinks 0 --window 16 --pyramid-beta beta --budget
+//     int(n * (1 - ratio)). kvpress's b, the layers' mean, is n * (1 - ratio) unrounded. At
+//     ratio 0.5 both are 273: beta 20 builds a pyramid only through the cap (b/beta = 13.65
+//     is below the window, but 2b - b/beta = 532.35 is capped at 530, which leaves the last
+//     layer 16), 530 rows down to 16; beta 5 491 down to 55. Every layer keeps kvpress's
+//     count and every KV head kvpress's very set, 90 of 90 lanes for each beta. At 0.75
+//     kvpress's b is 136.5, lorakv's 136: beta 20 is flat on both sides (b/beta = 6.8), 136
+//     rows and kvpress's sets in all 90 lanes; beta 5's pyramid is 246 down to 27 (mean
+//     136.5) in kvpress and 245 down to 27 (mean 136) in lorakv, one row short in 15 of the
+//     30 layers. There each layer keeps kvpress's count or one fewer, and each KV head the
+//     top of kvpress's scores: kvpress's set in the 45 lanes of equal count, kvpress's set
+//     less its lowest-scored row in the other 45 (overlap min 0.989, mean 0.997).
+//   - adakv and AdaKVPress(SnapKVPress(window_size 16, kernel_size 5), alpha_safeguard 0.2
+//     and 0.5) with --per-head --sinks 0 --window 16 --head-floor alpha --budget n_kept.
+//     kvpress masks the rows it drops instead of removing them; the oracle reads its kept
+//     rows off module.masked_key_indices. kvpress sets each KV head's n_safe =
+//     int(n_kept * alpha) best scores to the float maximum (the window's rows, scored the
+//     layer's maximum + 1, among them) and prunes the layer's heads * (n - n_kept) lowest
+//     scores across its heads; lorakv keeps each head's window and best rows up to
+//     max(1, int(budget * alpha)), then the layer's best remaining rows across heads. The
+//     same choice: lorakv's scores are kvpress's times 16 * 3 in every head (the SnapKV
+//     check), so the order across heads is kvpress's. Each layer keeps 3 * n_kept rows and
+//     every KV head kvpress's very set, 90 of 90 lanes at both ratios and both alphas; heads
+//     keep 54 to 523 rows (alpha 0.2) and 136 to 504 (0.5) at ratio 0.5, 39 to 283 and 68 to
+//     263 at 0.75. The safeguard alone holds 1 and 0 heads at alpha 0.2 (ratios 0.5, 0.75),
+//     7 and 9 at 0.5.
+//     Near ties: unlike SnapKV's, these cut-offs have closer pairs than the 2 * 1.7e-5 that
+//     two rows' errors could close: relative gaps of 1.0e-5 (pyramidkv beta 20, ratio 0.5),
+//     1.1e-5 at an AdaKV safeguard and 3.5e-6 at AdaKV's shared cut-off (ratio 0.75). So a
+//     row kept by one side only passes only if it lies within 2 * kMassTolerance of a
+//     cut-off (counted and printed); measured, lorakv orders every such pair as kvpress does
+//     (its own gap for the 3.5e-6 pair is 8.1e-6) and no row differs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,15 +147,20 @@ struct Kvpress {
   std::vector<int32_t> tokens;
   int64_t num_layers = 0, num_kv_heads = 0, group = 0;  // group: query heads per KV head
   std::map<std::string, std::map<double, KeptSets>> kept;  // [press name][ratio]
+  std::map<std::string, std::map<double, int64_t>> n_kept;  // [press name][ratio]: compute_n_kept
+  // PyramidKVPress's rows per layer (each KV head keeps its layer's count): [press name][ratio][layer]
+  std::map<std::string, std::map<double, std::vector<int64_t>>> layer_kept;
+  std::map<std::string, int64_t> pyramid_beta;  // [press name]
+  std::map<std::string, double> adakv_alpha;    // [press name]: AdaKVPress's alpha_safeguard
   Scores observed_scores;  // ObservedAttentionPress.score
   Scores snapkv_scores;    // SnapKVPress.score: the window's rows padded with the layer's max + 1
   int64_t snapkv_window = 0, snapkv_kernel = 0;
 
   int64_t n() const { return static_cast<int64_t>(tokens.size()); }
-  // How many rows the press kept per layer and KV head at this ratio: the budget to give lorakv.
-  int64_t kept_count(const std::string& press, double ratio) const {
-    return static_cast<int64_t>(kept.at(press).at(ratio).front().front().size());
-  }
+  // kvpress's int(n * (1 - ratio)), the budget to give lorakv: the rows the press keeps per
+  // layer and KV head (PyramidKVPress: per KV head on average over layers; AdaKVPress: on
+  // average over a layer's KV heads).
+  int64_t kept_count(const std::string& press, double ratio) const { return n_kept.at(press).at(ratio); }
   // ObservedAttentionPress's score in lorakv's unit: the mass summed over queries and heads.
   double mass(int64_t layer, int64_t head, int64_t j) const {
     return observed_scores[static_cast<size_t>(layer)][static_cast<size_t>(head)][static_cast<size_t>(j)] *
@@ -142,7 +184,9 @@ const Kvpress& kvpress() {
     r.group = j.at("num_heads").as_int() / r.num_kv_heads;
     for (const formats::JsonValue& p : j.at("presses").as_array()) {
       const std::string press = p.at("press").as_string();
-      KeptSets& kept = r.kept[press][p.at("compression_ratio").as_double()];
+      const double ratio = p.at("compression_ratio").as_double();
+      r.n_kept[press][ratio] = p.at("n_kept").as_int();
+      KeptSets& kept = r.kept[press][ratio];
       for (const formats::JsonValue& layer : p.at("kept").as_array()) {
         kept.emplace_back();
         for (const formats::JsonValue& head : layer.as_array()) kept.back().push_back(ints(head));
@@ -151,6 +195,12 @@ const Kvpress& kvpress() {
         r.snapkv_window = p.at("window_size").as_int();
         r.snapkv_kernel = p.at("kernel_size").as_int();
       }
+      if (p.contains("layer_kept")) {
+        std::vector<int64_t>& counts = r.layer_kept[press][ratio];
+        for (const formats::JsonValue& c : p.at("layer_kept").as_array()) counts.push_back(c.as_int());
+        r.pyramid_beta[press] = p.at("beta").as_int();
+      }
+      if (p.contains("alpha_safeguard")) r.adakv_alpha[press] = p.at("alpha_safeguard").as_double();
     }
     r.observed_scores = scores_per_layer(j.at("observed_attention_scores"));
     r.snapkv_scores = scores_per_layer(j.at("snapkv_scores"));
@@ -166,18 +216,23 @@ struct Lane {
 };
 
 // The protected rows that make lorakv's policy kvpress's press: StreamingLLMPress keeps 4
-// sinks, SnapKVPress its observation window and no sinks, ObservedAttentionPress neither.
+// sinks, SnapKVPress (and PyramidKVPress, AdaKVPress over it) its observation window and no
+// sinks, ObservedAttentionPress neither.
 std::vector<std::string> protected_rows_flags(const std::string& policy) {
+  const bool snapkv_family = policy == "snapkv" || policy == "pyramidkv" || policy == "adakv";
   const int64_t sinks = policy == "streaming_llm" ? kSinks : 0;
-  const int64_t window = policy == "snapkv" ? kvpress().snapkv_window : 0;
+  const int64_t window = snapkv_family ? kvpress().snapkv_window : 0;
   return {"--sinks", std::to_string(sinks), "--window", std::to_string(window)};
 }
 
-// `lorakv perplexity` over the whole prose as one window and one chunk, with --dump-kept;
-// the lanes it kept. One run per setting per process, shared by the tests that read it.
-const std::vector<Lane>& lorakv_kept(const std::string& policy, int64_t budget, bool per_head) {
+// `lorakv perplexity` over the whole prose as one window and one chunk, with --dump-kept
+// and the policy's own `flags`; the lanes it kept. One run per setting per process, shared
+// by the tests that read it.
+const std::vector<Lane>& lorakv_kept(const std::string& policy, int64_t budget, bool per_head,
+                                     const std::vector<std::string>& flags = {}) {
   static std::map<std::string, std::vector<Lane>> runs;
-  const std::string key = policy + " " + std::to_string(budget) + (per_head ? " per-head" : "");
+  std::string key = policy + " " + std::to_string(budget) + (per_head ? " per-head" : "");
+  for (const std::string& flag : flags) key += " " + flag;
   auto it = runs.find(key);
   if (it != runs.end()) {
     // A run that failed keeps no lanes: every test that reads it fails, not only the first.
@@ -191,6 +246,7 @@ const std::vector<Lane>& lorakv_kept(const std::string& policy, int64_t budget, 
                                    "--policy", policy, "--budget", std::to_string(budget), "--dump-kept", dump};
   for (const std::string& flag : protected_rows_flags(policy)) args.push_back(flag);
   if (per_head) args.push_back("--per-head");
+  args.insert(args.end(), flags.begin(), flags.end());
   std::ostringstream out, err;
   std::vector<Lane>& lanes = runs[key];
   const int code = run_cli_main(args, out, err);
@@ -250,6 +306,12 @@ double overlap(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   std::vector<int32_t> both;
   std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
   return static_cast<double>(both.size()) / static_cast<double>(std::max(a.size(), b.size()));
+}
+
+double mean_of(const std::vector<int64_t>& counts) {
+  double sum = 0;
+  for (int64_t c : counts) sum += static_cast<double>(c);
+  return sum / static_cast<double>(counts.size());
 }
 
 // What one ratio's lanes add up to, printed as one line.
@@ -449,6 +511,174 @@ TEST(KvpressParity, SnapKvPerLayerKeepsTheTopOfKvpressScoresSummedOverKvHeads) {
                      tally.add(c);
                      for (const std::vector<int32_t>& head : theirs) tally.add_overlap(overlap(lane.positions, head));
                    });
+}
+
+// PyramidKVPress keeps, in each layer, get_layer_budget's count of SnapKV's best rows per KV
+// head; lorakv's pyramidkv keeps PyramidKvPolicy::pyramid_budget's, the same formula. Its
+// layers' mean is n * (1 - ratio) for kvpress, unrounded, and lorakv's integer budget
+// int(n * (1 - ratio)): where the two agree (ratio 0.5: 273) every layer keeps kvpress's
+// count and every KV head kvpress's very set; where they do not (ratio 0.75: 136.5 against
+// 136) a layer keeps kvpress's count or one row fewer (a layer's unrounded count is lower by
+// less than one), and every KV head the top of kvpress's scores: its set, or its set less
+// its lowest-scored row.
+void check_pyramidkv_keeps_kvpress_tokens(const std::string& press) {
+  const Kvpress& k = kvpress();
+  const int64_t beta = k.pyramid_beta.at(press);
+  const std::string what = "pyramidkv beta " + std::to_string(beta) + " per KV head";
+  for (double ratio : kRatios) {
+    SCOPED_TRACE(what + ", ratio " + std::to_string(ratio));
+    const KeptSets& reference = k.kept.at(press).at(ratio);
+    const std::vector<int64_t>& their_counts = k.layer_kept.at(press).at(ratio);
+    const int64_t budget = k.kept_count(press, ratio);
+    const double kvpress_mean = static_cast<double>(k.n()) * (1 - ratio);  // as get_layer_budget computes it
+    const bool same_mean = kvpress_mean == static_cast<double>(budget);
+    std::vector<int64_t> our_counts(their_counts.size(), 0);
+    int64_t identical = 0;
+    RatioTally tally;
+    for (const Lane& lane : lorakv_kept("pyramidkv", budget, true, {"--pyramid-beta", std::to_string(beta)})) {
+      const std::vector<int32_t>& theirs = reference[static_cast<size_t>(lane.layer)][static_cast<size_t>(lane.group)];
+      const auto ours = static_cast<int64_t>(lane.positions.size());
+      const int64_t their_count = their_counts[static_cast<size_t>(lane.layer)];
+      our_counts[static_cast<size_t>(lane.layer)] = ours;
+      if (same_mean) {
+        EXPECT_EQ(ours, their_count) << where(lane, true) << ": kvpress's count for the layer";
+      } else {
+        EXPECT_TRUE(ours == their_count || ours == their_count - 1)
+            << where(lane, true) << ": lorakv keeps " << ours << ", kvpress " << their_count;
+      }
+      const TopCheck c = compare_with_top(lane_reference(lane, true, &Kvpress::snapkv_mass), lane.positions, ours);
+      EXPECT_EQ(c.unexplained, 0) << where(lane, true);
+      if (c.near_ties == 0 && ours == their_count) {
+        EXPECT_EQ(lane.positions, theirs) << where(lane, true) << ": the very set kvpress keeps";
+      } else if (c.near_ties == 0) {
+        EXPECT_TRUE(std::includes(theirs.begin(), theirs.end(), lane.positions.begin(), lane.positions.end()))
+            << where(lane, true) << ": kvpress's set, less its lowest-scored rows";
+      }
+      identical += lane.positions == theirs;
+      tally.add(c);
+      tally.add_overlap(overlap(lane.positions, theirs));
+    }
+    int64_t layers_equal = 0;
+    for (size_t layer = 0; layer < our_counts.size(); ++layer) layers_equal += our_counts[layer] == their_counts[layer];
+    std::printf("[kvpress] %s, ratio %.2f: layers keep %lld down to %lld rows (mean %.2f; kvpress %lld down to %lld, "
+                "mean %.2f), kvpress's count in %lld of %zu layers; kvpress's very set in %lld of %lld KV heads\n",
+                what.c_str(), ratio, static_cast<long long>(our_counts.front()),
+                static_cast<long long>(our_counts.back()), mean_of(our_counts),
+                static_cast<long long>(their_counts.front()), static_cast<long long>(their_counts.back()),
+                mean_of(their_counts), static_cast<long long>(layers_equal), our_counts.size(),
+                static_cast<long long>(identical), static_cast<long long>(tally.sets));
+    tally.print(what, press, ratio);
+  }
+}
+
+// kvpress's default beta 20: at ratio 0.5 the pyramid (2b - b/beta = 532.35 rows in the first
+// layer) is capped at n - window = 530, which leaves the last layer 16, the window alone; at
+// 0.75 b/beta = 6.8 falls below the window and every layer keeps 136 (SnapKV's choice).
+TEST(KvpressParity, PyramidKvKeepsKvpressLayerCountsAndTokens) {
+  check_pyramidkv_keeps_kvpress_tokens("pyramidkv_beta20");
+}
+
+// beta 5 builds an uncapped pyramid at both ratios (491 rows down to 55 at 0.5; 246 down to
+// 27 at 0.75, where lorakv's 245 down to 27 is one row short in 15 of the 30 layers).
+TEST(KvpressParity, SteeperPyramidKvKeepsKvpressLayerCountsAndTokens) {
+  check_pyramidkv_keeps_kvpress_tokens("pyramidkv_beta5");
+}
+
+// AdaKV's two cut-offs in one layer, on kvpress's SnapKV scores in lorakv's unit: per KV head
+// the safeguard's (its n_safe-th best row; the window's rows, padded with the layer's
+// maximum + 1, come first), and across the heads the shared one (the best heads *
+// (n_kept - n_safe) of the rows the safeguard leaves).
+struct AdaKvCutoffs {
+  std::vector<double> safeguard;  // per KV head
+  double shared = 0;
+};
+
+AdaKvCutoffs adakv_cutoffs(int64_t layer, int64_t n_kept, int64_t n_safe) {
+  const Kvpress& k = kvpress();
+  AdaKvCutoffs cut;
+  std::vector<double> rest;
+  for (int64_t h = 0; h < k.num_kv_heads; ++h) {
+    std::vector<double> scores;
+    for (int64_t j = 0; j < k.n(); ++j) scores.push_back(k.snapkv_mass(layer, h, j));
+    std::sort(scores.begin(), scores.end(), std::greater<double>());
+    cut.safeguard.push_back(scores[static_cast<size_t>(n_safe - 1)]);
+    rest.insert(rest.end(), scores.begin() + n_safe, scores.end());
+  }
+  cut.shared = kth_largest(rest, k.num_kv_heads * (n_kept - n_safe));
+  return cut;
+}
+
+// Two values each within kMassTolerance of the truth may trade places across a cut-off
+// within twice that of it (compare_with_top's rule).
+bool near_cutoff(double score, double cutoff) { return std::abs(score - cutoff) <= 2 * kMassTolerance * cutoff; }
+
+// AdaKVPress(SnapKVPress) sets each KV head's n_safe = int(n_kept * alpha) best scores to the
+// float maximum, then prunes the heads * (n - n_kept) lowest scores of the layer across its
+// heads. The window's rows score highest, so they are among each head's n_safe: a head keeps
+// its window and its n_safe - window best rows before the rest is shared. lorakv's adakv keeps
+// each head's protected rows (the window, with --sinks 0) and its own best rows up to
+// max(1, int(budget * head_floor)), then the layer's best remaining rows across heads: the
+// same choice, on scores that are kvpress's times 16 * 3 in every head (checked row by row
+// above), so the order across heads is kvpress's too. Each KV head keeps kvpress's very set,
+// up to near ties at one of the two cut-offs.
+void check_adakv_keeps_kvpress_tokens(const std::string& press) {
+  const Kvpress& k = kvpress();
+  const double alpha = k.adakv_alpha.at(press);
+  std::ostringstream head_floor;
+  head_floor << alpha;
+  const std::string what = "adakv head_floor " + head_floor.str() + " per KV head";
+  for (double ratio : kRatios) {
+    SCOPED_TRACE(what + ", ratio " + std::to_string(ratio));
+    const int64_t n_kept = k.kept_count(press, ratio);
+    const int64_t n_safe = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n_kept) * alpha));
+    const KeptSets& reference = k.kept.at(press).at(ratio);
+    std::vector<int64_t> layer_rows(static_cast<size_t>(k.num_layers), 0);
+    int64_t identical = 0, differing_rows = 0, near_ties = 0, lanes = 0, at_safeguard = 0;
+    int64_t fewest = k.n(), most = 0;
+    for (const Lane& lane : lorakv_kept("adakv", n_kept, true, {"--head-floor", head_floor.str()})) {
+      const std::vector<int32_t>& theirs = reference[static_cast<size_t>(lane.layer)][static_cast<size_t>(lane.group)];
+      const auto ours = static_cast<int64_t>(lane.positions.size());
+      layer_rows[static_cast<size_t>(lane.layer)] += ours;
+      fewest = std::min(fewest, ours);
+      most = std::max(most, ours);
+      at_safeguard += ours == n_safe;
+      std::vector<int32_t> differing;
+      std::set_symmetric_difference(lane.positions.begin(), lane.positions.end(), theirs.begin(), theirs.end(),
+                                    std::back_inserter(differing));
+      const AdaKvCutoffs cut = adakv_cutoffs(lane.layer, n_kept, n_safe);
+      const double safeguard = cut.safeguard[static_cast<size_t>(lane.group)];
+      for (int32_t j : differing) {
+        const double score = k.snapkv_mass(lane.layer, lane.group, j);
+        const bool near_tie = near_cutoff(score, safeguard) || near_cutoff(score, cut.shared);
+        EXPECT_TRUE(near_tie) << where(lane, true) << ", position " << j << " (score " << score
+                              << ", safeguard cut-off " << safeguard << ", shared " << cut.shared
+                              << ") is kept by one side only";
+        near_ties += near_tie;
+      }
+      identical += differing.empty();
+      differing_rows += static_cast<int64_t>(differing.size());
+      ++lanes;
+    }
+    for (size_t layer = 0; layer < layer_rows.size(); ++layer) {
+      EXPECT_EQ(layer_rows[layer], n_kept * k.num_kv_heads) << "layer " << layer << ": the layer's budget, shared";
+    }
+    std::printf("[kvpress] %s, ratio %.2f (n_kept %lld, n_safe %lld): kvpress's very set in %lld of %lld KV heads, "
+                "which keep %lld to %lld rows (%lld at the safeguard alone); %lld rows kept by one side only, %lld of "
+                "them near ties at a cut-off\n",
+                what.c_str(), ratio, static_cast<long long>(n_kept), static_cast<long long>(n_safe),
+                static_cast<long long>(identical), static_cast<long long>(lanes), static_cast<long long>(fewest),
+                static_cast<long long>(most), static_cast<long long>(at_safeguard),
+                static_cast<long long>(differing_rows), static_cast<long long>(near_ties));
+  }
+}
+
+// kvpress's default alpha_safeguard 0.2 holds one KV head to its safeguard alone at ratio 0.5
+// and none at 0.75 (the shared cut-off decides the rest).
+TEST(KvpressParity, AdaKvPerHeadKeepsKvpressTokens) { check_adakv_keeps_kvpress_tokens("adakv_alpha0.2"); }
+
+// alpha_safeguard 0.5 holds 7 KV heads to their safeguard at ratio 0.5 and 9 at 0.75.
+TEST(KvpressParity, AdaKvWithALargerSafeguardKeepsKvpressTokens) {
+  check_adakv_keeps_kvpress_tokens("adakv_alpha0.5");
 }
 
 }  // namespace
