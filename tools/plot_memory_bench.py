@@ -13,7 +13,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     d = Path(p.parse_args().dir)
-    rows = [r for r in csv.DictReader(open(d / "memory.csv")) if r["layout"] == "per_layer"]
+    rows = [r for r in csv.DictReader(open(d / "memory.csv")) if r["layout"] == "per_layer" and r.get("eviction", "none") == "none"]
     lengths = sorted({int(r["tokens"]) for r in rows})
     fig, axes = plt.subplots(2, len(lengths), figsize=(5 * len(lengths), 8), squeeze=False)
     for col, t in enumerate(lengths):

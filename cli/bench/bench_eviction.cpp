@@ -1,6 +1,7 @@
 // cli/bench/bench_eviction.cpp: `lorakv bench eviction`: perplexity of real English prose
 // under each eviction policy and budget against the full cache, with the KV bytes each
-// holds. The text is four license texts that ship with Debian's base-files package
+// holds; then retrieval of a fact hidden in the same prose (bench_eviction_retrieval.h);
+// then the plot. The text is four license texts that ship with Debian's base-files package
 // (/usr/share/common-licenses: GPL-3, GPL-2, LGPL-2.1, GFDL-1.3; about 21,000 tokens):
 // prose every Debian machine has. Windows of --context tokens are processed in chunks with
 // eviction between them (cli/perplexity_eval.h). Each row is appended to the CSV as it
@@ -15,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "lorakv/cache/eviction/eviction_config.h"
+#include "lorakv/cli/bench/bench_eviction_agents.h"
+#include "lorakv/cli/bench/bench_eviction_retrieval.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/cli/perplexity_eval.h"
@@ -29,21 +33,56 @@ namespace {
 
 const char* kHelp = R"(usage: lorakv bench eviction [flags]
 
-Perplexity of real English prose (four license texts of Debian's base-files package) with
-the cache compressed by each policy at each budget, against the full cache; KV bytes at the
-peak and after each step. Writes eviction_perplexity.csv under --out, a row as each
-(policy, budget) finishes; a rerun resumes after the rows already there. Run it with nothing
-else on the machine.
+Three parts, each with the cache compressed by each policy at each budget, against the full
+cache (policy none), with the KV bytes each holds; text: four license texts of Debian's
+base-files package (/usr/share/common-licenses: GPL-3, GPL-2, LGPL-2.1, GFDL-1.3).
+  perplexity: windows of --context tokens in chunks, eviction between them. Writes
+    eviction_perplexity.csv: perplexity, KV bytes at the peak and after each step.
+  retrieval: "The access code for <name> is <4 digits>." at a depth of a --haystack-token
+    stretch of the same text; the haystack is processed in chunks with eviction between
+    them before the question ("What is the access code for <name>?") comes. Writes
+    eviction_retrieval.csv: exact-match success of greedy decoding of the code, mean
+    teacher-forced log-probability of its tokens, KV bytes at the peak and after a step.
+    Default grid: 6 cases per (policy, budget), 2 at each of depths 0.1, 0.5, 0.9;
+    --full: 100 cases, 20 at each of depths 0.1, 0.3, 0.5, 0.7, 0.9.
+  agents (not in the default): held-out agentic QA episodes appended into one trajectory of
+    about --agents-context tokens, replayed teacher-forced by the three trained role adapters
+    reading one base_lr_shared context (assets from --assets); the role turns' logits with the
+    base compressed against the uncompressed replay (KL, top-1 agreement), the attention-
+    scored policies scored by every agent's mass (sum, max) and by the writer alone. Writes
+    eviction_agents.csv; about 1 minute a row.
+The default (every policy at budgets 1/2, 1/4, 1/8, and the full cache: 19 rows a part)
+takes about 23 minutes on 2 cores: perplexity about 40 s a row, retrieval about 5 s a case
+(30 s a row); --full's retrieval about 3 hours.
+A row is appended to its CSV as each (policy, budget) finishes; a rerun resumes after the
+rows already there (retrieval: rows of the same grid). At the end, eviction.png (quality
+against KV bytes) is drawn with the bench environment's Python when .venv-bench exists
+(bash tools/setup_python.sh bench), else the command is printed. Run it with nothing else
+on the machine.
 
 flags:
   --model FILE      GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
   --text FILE       the text (repeatable; default the four license texts)
-  --windows N       windows scored (default 5)
-  --context N       tokens per window (default 4096)
+  --parts LIST      comma-separated subset of perplexity,retrieval,agents (default
+                    perplexity,retrieval)
+  --policies LIST   comma-separated (default every policy: streaming_llm,h2o,snapkv,
+                    pyramidkv,adakv,leverage; adakv runs with a token set per KV head)
+  --budgets LIST    shares of the window (or haystack) kept (default 0.5,0.25,0.125)
   --chunk N         tokens per engine step, evicted between (default 256)
-  --policies LIST   comma-separated (default streaming_llm,h2o)
-  --budgets LIST    shares of the window kept (default 0.5,0.25,0.125)
-  --out DIR         where the CSV goes (default bench_results/eviction)
+  --windows N       perplexity: windows scored (default 3)
+  --context N       perplexity: tokens per window (default 4096)
+  --cases N         retrieval: cases per (policy, budget), spread over the depths in turn
+                    (default 6; with --full 100)
+  --depths LIST     retrieval: where the fact sits, fractions in [0, 1] of the haystack
+                    (default 0.1,0.5,0.9; with --full 0.1,0.3,0.5,0.7,0.9)
+  --haystack N      retrieval: filler tokens around the fact (default 2048)
+  --seed N          retrieval: the facts' seed (default 1)
+  --full            retrieval: the full grid (100 cases over 5 depths)
+  --assets DIR      agents: role adapters and agentic QA data (default assets)
+  --agents-context N  agents: trajectory tokens (default 2000)
+  --out DIR         where the CSVs and the PNG go (default bench_results/eviction)
+  --python FILE     Python with matplotlib for the PNG (default .venv-bench/bin/python
+                    when it exists)
 )";
 
 const std::vector<std::string> kDefaultTexts = {
@@ -86,51 +125,76 @@ std::set<std::string> finished_rows(const std::string& csv) {
   return done;
 }
 
-struct Row {
-  std::string policy, budget;
-  PerplexityTotals totals;
-};
+using Configs = std::vector<std::pair<std::string, cache::eviction::EvictionConfig>>;
 
-}  // namespace
-
-int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) {
-  const CliArgs a(args, {"--model", "--text", "--windows", "--context", "--chunk", "--policies", "--budgets", "--out"},
-                  {"--help"}, "bench eviction");
-  if (a.has("--help")) {
-    out << kHelp;
-    return 0;
+// A budget of --budgets: a share in (0, 1].
+double parse_budget(const std::string& text) {
+  size_t used = 0;
+  double share = -1;
+  try {
+    share = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
   }
-  const std::string model_path = a.get("--model").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-  const std::vector<std::string> texts = a.get_all("--text").empty() ? kDefaultTexts : a.get_all("--text");
-  const int64_t num_windows = a.get_int("--windows", 5, 1, 1000);
-  const int64_t context = a.get_int("--context", 4096, 16, 1 << 20);
-  const int64_t chunk = a.get_int("--chunk", 256, 1, 1 << 20);
-  const std::vector<std::string> policies = split(a.get("--policies").value_or("streaming_llm,h2o"));
+  if (used == 0 || used != text.size() || !(share > 0 && share <= 1)) {
+    throw ConfigError("a budget outside (0, 1]", {"", "--budgets", "shares of the context kept, e.g. 0.5,0.25", "'" + text + "'", ""});
+  }
+  return share;
+}
+
+// EvictionConfig::check's refusal with its key (".policy", ".budget"...) as the flag it came from.
+void check_naming_flags(const cache::eviction::EvictionConfig& c) {
+  try {
+    c.check("");
+  } catch (const ConfigError& e) {
+    ErrorContext context = e.context();
+    context.key = context.key == ".policy" ? "--policies" : context.key == ".budget" ? "--budgets" : context.key;
+    throw ConfigError(e.message(), context);
+  }
+}
+
+// "streaming_llm,h2o,...": every policy the cache has, none aside.
+std::string every_policy() {
+  std::string all;
+  for (const std::string& p : cache::eviction::policy_names()) {
+    if (p != "none") all += (all.empty() ? "" : ",") + p;
+  }
+  return all;
+}
+
+// The full cache ("-") first, then every policy at every budget.
+Configs eviction_configs(const CliArgs& a) {
+  const std::vector<std::string> policies = split(a.get("--policies").value_or(every_policy()));
   const std::vector<std::string> budgets = split(a.get("--budgets").value_or("0.5,0.25,0.125"));
-  const std::string dir = a.get("--out").value_or("bench_results/eviction");
-  std::vector<std::pair<std::string, cache::eviction::EvictionConfig>> configs = {{"-", {}}};
+  Configs configs = {{"-", {}}};
   for (const std::string& p : policies) {
     for (const std::string& b : budgets) {
       cache::eviction::EvictionConfig c;
       c.policy = p;
-      c.budget_fraction = std::stod(b);
-      c.check("--policies/--budgets");
+      c.budget_fraction = parse_budget(b);
+      check_naming_flags(c);
       configs.emplace_back(b, c);
     }
   }
-  const std::string text = read_texts(texts);
-  const runtime::LoadedModel loaded = runtime::load_model(model_path, at::kFloat, runtime::WeightForm::kNative);
-  LORAKV_CHECK(loaded.tokenizer != nullptr, ConfigError, "the model has no tokenizer");
-  const std::vector<int32_t> tokens = loaded.tokenizer->encode(text, /*parse_special=*/false);
-  PerplexitySettings base;
-  base.windows = plan_windows(static_cast<int64_t>(tokens.size()), context, chunk);
-  if (static_cast<int64_t>(base.windows.size()) > num_windows) base.windows.resize(static_cast<size_t>(num_windows));
-  base.chunk = chunk;
-  out << "machine: " << cpu::cpu_model_name() << ", " << at::get_num_threads() << " threads, vector path "
-      << cpu::vector_path_name(cpu::selected_vector_path()) << "\n"
-      << "device: CPU, float32 activations and cache; model " << model_path << " (weights as stored)\n"
-      << "text: " << tokens.size() << " tokens; " << base.windows.size() << " windows of " << context
-      << " tokens, chunks of " << chunk << "\n";
+  return configs;
+}
+
+std::set<std::string> parse_parts(const CliArgs& a) {
+  std::set<std::string> parts;
+  for (const std::string& p : split(a.get("--parts").value_or("perplexity,retrieval"))) {
+    if (p != "perplexity" && p != "retrieval" && p != "agents") {
+      throw ConfigError("unknown part", {"", "--parts", "perplexity, retrieval or agents, comma-separated", p, ""});
+    }
+    parts.insert(p);
+  }
+  if (parts.empty()) throw ConfigError("no parts", {"", "--parts", "perplexity, retrieval or agents, comma-separated", "", ""});
+  return parts;
+}
+
+void run_perplexity_part(const runtime::LlamaModel& model, const std::vector<int32_t>& tokens, const Configs& configs,
+                         const PerplexitySettings& base, int64_t context, const std::string& dir, std::ostream& out) {
+  const int64_t chunk = base.chunk;
+  out << "perplexity: " << base.windows.size() << " windows of " << context << " tokens, chunks of " << chunk << "\n";
   std::filesystem::create_directories(dir);
   const std::string csv_path = dir + "/eviction_perplexity.csv";
   const std::set<std::string> done = finished_rows(csv_path);
@@ -149,7 +213,8 @@ int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) 
     }
     PerplexitySettings s = base;
     s.eviction = config;
-    const PerplexityTotals t = score_perplexity(*loaded.model, tokens, s);
+    s.per_head_token_sets = needs_per_head_lanes(config);
+    const PerplexityTotals t = score_perplexity(model, tokens, s);
     csv << policy << "," << budget << "," << t.windows << "," << context << "," << chunk << "," << t.tokens_scored << ","
         << t.ppl() << "," << t.nll_mean() << "," << t.kv_bytes_high_water << "," << t.kv_bytes_peak << ","
         << t.rows_evicted << "," << t.seconds << "," << t.evict_seconds << "," << t.kernel_seconds << "\n";
@@ -160,6 +225,73 @@ int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) 
     out << line << std::flush;
   }
   out << "wrote " << csv_path << "\n";
+}
+
+std::set<std::string> bench_value_flags() {
+  std::set<std::string> flags = {"--model", "--text",  "--windows", "--context", "--chunk",
+                                 "--policies", "--budgets", "--out", "--parts", "--python",
+                                 "--assets", "--agents-context"};
+  flags.insert(retrieval_value_flags().begin(), retrieval_value_flags().end());
+  return flags;
+}
+
+std::set<std::string> bench_bool_flags() {
+  std::set<std::string> flags = {"--help"};
+  flags.insert(retrieval_bool_flags().begin(), retrieval_bool_flags().end());
+  return flags;
+}
+
+}  // namespace
+
+int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) {
+  const CliArgs a(args, bench_value_flags(), bench_bool_flags(), "bench eviction");
+  if (a.has("--help")) {
+    out << kHelp;
+    return 0;
+  }
+  const std::string model_path = a.get("--model").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  const std::vector<std::string> texts = a.get_all("--text").empty() ? kDefaultTexts : a.get_all("--text");
+  const int64_t num_windows = a.get_int("--windows", 3, 1, 1000);
+  const int64_t context = a.get_int("--context", 4096, 16, 1 << 20);
+  const int64_t chunk = a.get_int("--chunk", 256, 1, 1 << 20);
+  const std::string dir = a.get("--out").value_or("bench_results/eviction");
+  const std::string python =
+      a.get("--python").value_or(std::filesystem::exists(".venv-bench/bin/python") ? ".venv-bench/bin/python" : "");
+  const Configs configs = eviction_configs(a);
+  const std::set<std::string> parts = parse_parts(a);
+  const RetrievalGrid grid = parse_retrieval_grid(a);
+  const std::string text = read_texts(texts);
+  const runtime::LoadedModel loaded = runtime::load_model(model_path, at::kFloat, runtime::WeightForm::kNative);
+  LORAKV_CHECK(loaded.tokenizer != nullptr, ConfigError, "the model has no tokenizer");
+  const std::vector<int32_t> tokens = loaded.tokenizer->encode(text, /*parse_special=*/false);
+  out << "machine: " << cpu::cpu_model_name() << ", " << at::get_num_threads() << " threads, vector path "
+      << cpu::vector_path_name(cpu::selected_vector_path()) << "\n"
+      << "device: CPU, float32 activations and cache; model " << model_path << " (weights as stored)\n"
+      << "text: " << tokens.size() << " tokens\n";
+  if (parts.count("perplexity")) {
+    PerplexitySettings base;
+    base.windows = plan_windows(static_cast<int64_t>(tokens.size()), context, chunk);
+    if (static_cast<int64_t>(base.windows.size()) > num_windows) base.windows.resize(static_cast<size_t>(num_windows));
+    base.chunk = chunk;
+    run_perplexity_part(*loaded.model, tokens, configs, base, context, dir, out);
+  }
+  if (parts.count("retrieval")) {
+    run_retrieval_part(*loaded.model, *loaded.tokenizer, tokens, configs, grid, chunk, dir, out);
+  }
+  if (parts.count("agents")) {
+    EvictionAgentsOptions agents;
+    agents.model_path = model_path;
+    agents.assets_dir = a.get("--assets").value_or("assets");
+    agents.out_dir = dir;
+    agents.context_tokens = a.get_int("--agents-context", 2000, 64, 1 << 20);
+    if (a.get("--policies")) agents.policies = split(*a.get("--policies"));
+    if (a.get("--budgets")) {
+      agents.budgets.clear();
+      for (const std::string& b : split(*a.get("--budgets"))) agents.budgets.push_back(parse_budget(b));
+    }
+    run_eviction_agents(agents, out);
+  }
+  plot_eviction(python, dir, out);
   return 0;
 }
 

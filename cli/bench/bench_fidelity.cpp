@@ -32,11 +32,12 @@ int role_index(const std::string& role) {
   return -1;
 }
 
-// The role turns' logits (float32 [tokens, vocab], rows predicting each text token) of one
-// replay of `trajectories` as one context.
-at::Tensor replay(BenchWorkload& w, const std::vector<AdapterPtr>& readers, runtime::ContextOptions mode,
-                  const std::vector<const BenchTrajectory*>& trajectories) {
+}  // namespace
+
+at::Tensor replay_role_turns(BenchWorkload& w, const std::vector<AdapterPtr>& readers, runtime::ContextOptions mode,
+                             const std::vector<const BenchTrajectory*>& trajectories, bool per_head_token_sets) {
   runtime::EngineOptions eo;
+  eo.per_head_token_sets = per_head_token_sets;
   eo.base_rows = 4 * 4096;
   eo.residual_rows = 4 * 4096;
   runtime::Engine engine(w.dense_model(), eo);
@@ -75,12 +76,7 @@ at::Tensor replay(BenchWorkload& w, const std::vector<AdapterPtr>& readers, runt
   return at::cat(turn_logits, 0);
 }
 
-struct Fidelity {
-  double kl_sum = 0, kl_max = 0;
-  int64_t agree = 0, tokens = 0;
-};
-
-void compare(const at::Tensor& full, const at::Tensor& mode, Fidelity& f) {
+void compare_logits(const at::Tensor& full, const at::Tensor& mode, Fidelity& f) {
   const at::Tensor lp = at::log_softmax(full.to(at::kDouble), -1), lq = at::log_softmax(mode.to(at::kDouble), -1);
   const at::Tensor kl = (lp.exp() * (lp - lq)).sum(-1);  // [tokens]
   f.kl_sum += kl.sum().item<double>();
@@ -89,23 +85,32 @@ void compare(const at::Tensor& full, const at::Tensor& mode, Fidelity& f) {
   f.tokens += full.size(0);
 }
 
+namespace {
+
+// Held-out trajectories appended one after another until about `tokens` tokens.
+std::vector<const BenchTrajectory*> trajectories_of_about(BenchWorkload& w, int64_t tokens, size_t& next) {
+  std::vector<const BenchTrajectory*> group;
+  int64_t total = 0;
+  while (total < tokens) {
+    const BenchTrajectory* t = &w.held_out[next++ % w.held_out.size()];
+    for (const BenchTurn& turn : t->turns) total += static_cast<int64_t>(w.encode(turn.text).size()) + 6;
+    group.push_back(t);
+  }
+  return group;
+}
+
 }  // namespace
+
+std::vector<const BenchTrajectory*> long_trajectory(BenchWorkload& w, int64_t tokens, size_t first) {
+  return trajectories_of_about(w, tokens, first);
+}
 
 void run_fidelity(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out) {
   // Short: single trajectories; long: consecutive trajectories appended to ~2K tokens.
   std::vector<std::pair<std::string, std::vector<const BenchTrajectory*>>> contexts;
   size_t next = 0;
   for (int64_t i = 0; i < o.fidelity_trajectories; ++i) contexts.push_back({"short", {&w.held_out[next++ % w.held_out.size()]}});
-  for (int64_t l = 0; l < (o.full_grid ? 3 : 1); ++l) {
-    std::vector<const BenchTrajectory*> group;
-    int64_t tokens = 0;
-    while (tokens < 2000) {
-      const BenchTrajectory* t = &w.held_out[next++ % w.held_out.size()];
-      for (const BenchTurn& turn : t->turns) tokens += static_cast<int64_t>(w.encode(turn.text).size()) + 6;
-      group.push_back(t);
-    }
-    contexts.push_back({"long", group});
-  }
+  for (int64_t l = 0; l < (o.full_grid ? 3 : 1); ++l) contexts.push_back({"long", trajectories_of_about(w, 2000, next)});
   struct Case {
     std::string set;
     runtime::ContextOptions mode;
@@ -126,12 +131,12 @@ void run_fidelity(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& o
       const std::vector<AdapterPtr>& readers = set == "all_linear" ? w.all_linear : w.shared_a;
       std::fprintf(stderr, "[%7.1f s] fidelity: %s context of %zu trajectories, set %s ...\n", bench_seconds(), length.c_str(),
                    trajs.size(), set.c_str());
-      const at::Tensor full = replay(w, readers, {SharingMode::kFull, SharedWriter::kFirst}, trajs);
+      const at::Tensor full = replay_role_turns(w, readers, {SharingMode::kFull, SharedWriter::kFirst}, trajs);
       for (const Case& c : cases) {
         if (c.set != set) continue;
         const std::string key = set + "|" + runtime::sharing_mode_name(c.mode.mode) + "|" +
                                 runtime::shared_writer_name(c.mode.writer) + "|" + length;
-        compare(full, replay(w, readers, c.mode, trajs), results[key]);
+        compare_logits(full, replay_role_turns(w, readers, c.mode, trajs), results[key]);
       }
     }
   }

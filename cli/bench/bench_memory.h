@@ -71,6 +71,22 @@ void run_memory_grid(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream
 void run_fidelity(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out);
 void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out);
 
+// Teacher-forced replays of held-out trajectories (bench_fidelity.cpp). The role turns'
+// logits (float32 [tokens, vocab], rows predicting each text token) of one replay of
+// `trajectories` as one context read by `readers` (planner, actor, reflector): each role
+// turn runs as the role's private tokens after the shared context, then is committed.
+// per_head_token_sets: the engine keeps a token set per KV head (adakv needs it).
+at::Tensor replay_role_turns(BenchWorkload& w, const std::vector<AdapterPtr>& readers, runtime::ContextOptions mode,
+                             const std::vector<const BenchTrajectory*>& trajectories, bool per_head_token_sets = false);
+// Held-out trajectories from the `first`-th on, appended until about `tokens` tokens.
+std::vector<const BenchTrajectory*> long_trajectory(BenchWorkload& w, int64_t tokens, size_t first = 0);
+// Per-token KL(reference || other) and top-1 agreement, accumulated.
+struct Fidelity {
+  double kl_sum = 0, kl_max = 0;
+  int64_t agree = 0, tokens = 0;
+};
+void compare_logits(const at::Tensor& reference, const at::Tensor& other, Fidelity& f);
+
 // Seconds since `start` of the benchmark (progress lines).
 double bench_seconds();
 
