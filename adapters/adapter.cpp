@@ -15,6 +15,8 @@ namespace {
 constexpr const char* kAdapterTag = "lorakv.adapter.v1";
 constexpr const char* kModuleTag = "lorakv.lora_module.v1";
 constexpr const char* kSharedATag = "lorakv.shared_a.v1";
+// Follows the module digests of an activated LoRA only: a standard LoRA hashes as before.
+constexpr const char* kInvocationTag = "lorakv.alora_invocation_tokens.v1";
 
 // dtype name, rank, sizes, then the bytes (native order: little-endian on every machine
 // lorakv builds for).
@@ -71,6 +73,28 @@ int64_t BaseModelShape::out_dim(ModuleId m) const {
 
 const char* adapter_format_name(AdapterFormat f) { return f == AdapterFormat::kPeft ? "peft" : "gguf-lora"; }
 
+const char* invocation_tokens_key(AdapterFormat f) {
+  return f == AdapterFormat::kPeft ? "alora_invocation_tokens" : "adapter.alora.invocation_tokens";
+}
+
+void check_invocation_tokens(const std::vector<int32_t>& tokens, const BaseModelShape& shape, const std::string& file,
+                             const std::string& key) {
+  // PEFT indexes the first token of the list, so an empty one cannot mean "always on".
+  if (tokens.empty()) {
+    throw AdapterLoadError("activated LoRA without invocation tokens",
+                           {file, key, "a non-empty list of token ids", "an empty list",
+                            "remove the key for a standard LoRA"});
+  }
+  const int64_t top = shape.vocab_size > 0 ? shape.vocab_size - 1 : INT32_MAX;
+  for (int32_t t : tokens) {
+    if (t < 0 || t > top) {
+      throw AdapterLoadError("activated LoRA invocation token outside the vocabulary",
+                             {file, key, "token ids in 0.." + std::to_string(top), std::to_string(t),
+                              "was the adapter trained for another base model?"});
+    }
+  }
+}
+
 LoraModule make_lora_module(const BaseModelShape& shape, int64_t layer, ModuleId m, at::Tensor a, at::Tensor b,
                             double alpha, double scale, at::ScalarType dtype, const std::string& file,
                             const std::string& key) {
@@ -110,12 +134,13 @@ LoraModule make_lora_module(const BaseModelShape& shape, int64_t layer, ModuleId
 }
 
 Adapter::Adapter(std::string name, std::string source, AdapterFormat format, BaseModelShape shape,
-                 std::vector<LoraModule> modules)
+                 std::vector<LoraModule> modules, std::vector<int32_t> invocation_tokens)
     : name_(std::move(name)),
       source_(std::move(source)),
       format_(format),
       shape_(std::move(shape)),
       modules_(std::move(modules)),
+      invocation_tokens_(std::move(invocation_tokens)),
       index_(static_cast<size_t>(shape_.num_layers * kNumModules), -1) {
   std::sort(modules_.begin(), modules_.end(), [](const LoraModule& x, const LoraModule& y) {
     return std::pair(x.layer, static_cast<int>(x.module)) < std::pair(y.layer, static_cast<int>(y.module));
@@ -133,7 +158,17 @@ Adapter::Adapter(std::string name, std::string source, AdapterFormat format, Bas
     h.update_digest(m.hash);
     num_bytes_ += static_cast<int64_t>(m.a.nbytes() + m.b.nbytes());
   }
+  if (!invocation_tokens_.empty()) {
+    // Which positions the factors act on changes the output as much as the factors do.
+    h.update_string(kInvocationTag);
+    h.update_u64(invocation_tokens_.size());
+    for (int32_t t : invocation_tokens_) h.update_u64(static_cast<uint64_t>(static_cast<uint32_t>(t)));
+  }
   identity_ = AdapterIdentity{h.finish()};
+}
+
+std::string Adapter::invocation_tokens_file() const {
+  return format_ == AdapterFormat::kPeft ? source_ + "/adapter_config.json" : source_;
 }
 
 at::ScalarType Adapter::dtype() const { return modules_.empty() ? at::kFloat : modules_.front().a.scalar_type(); }

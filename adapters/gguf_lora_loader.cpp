@@ -27,6 +27,41 @@ at::Tensor read_f32(const formats::GgufTensorInfo& t) {
 
 }  // namespace
 
+std::vector<int32_t> gguf_invocation_tokens(const formats::GgufFile& file) {
+  using formats::GgufType;
+  const std::string& path = file.path();
+  const std::string key = invocation_tokens_key(AdapterFormat::kGgufLora);
+  const char* expected = "an array of token ids (uint32, as llama.cpp's convert_lora_to_gguf.py writes them)";
+  // An aLoRA key lorakv does not know may change which tokens are adapted: refused, never ignored.
+  for (const auto& [k, value] : file.metadata()) {
+    if (k.rfind("adapter.alora.", 0) == 0 && k != key) {
+      throw AdapterLoadError(file.has(key) ? "unknown activated LoRA key" : "activated LoRA without invocation tokens",
+                             {path, k, key + " (the only adapter.alora.* key lorakv reads)", value.describe(),
+                              "convert the adapter with llama.cpp's convert_lora_to_gguf.py"});
+    }
+  }
+  const formats::GgufValue* v = file.find(key);
+  if (v == nullptr) return {};
+  const bool int_array = v->type == GgufType::kArray &&
+                         (v->elem_type == GgufType::kUint32 || v->elem_type == GgufType::kInt32);
+  if (!int_array) {
+    throw AdapterLoadError("activated LoRA invocation tokens of the wrong type", {path, key, expected, v->describe(), ""});
+  }
+  std::vector<int32_t> out;
+  for (const formats::GgufValue& e : v->array) {
+    const int64_t id = e.type == GgufType::kUint32 ? static_cast<int64_t>(e.u) : e.i;
+    if (id < 0 || id > INT32_MAX) {
+      throw AdapterLoadError("activated LoRA invocation token is not a token id", {path, key, expected, std::to_string(id), ""});
+    }
+    out.push_back(static_cast<int32_t>(id));
+  }
+  if (out.empty()) {
+    throw AdapterLoadError("activated LoRA without invocation tokens",
+                           {path, key, expected, "an empty array", "remove the key for a standard LoRA"});
+  }
+  return out;
+}
+
 std::shared_ptr<const Adapter> load_gguf_lora(const std::string& name, const std::string& path,
                                               const BaseModelShape& shape, const AdapterLoadOptions& options) {
   std::unique_ptr<formats::GgufFile> file;
@@ -44,15 +79,10 @@ std::shared_ptr<const Adapter> load_gguf_lora(const std::string& name, const std
   };
   require("general.type", "adapter");
   require("adapter.type", "lora");
-  // Activated LoRA (llama.cpp writes adapter.alora.invocation_tokens): the adapter applies
-  // only from its invocation tokens on. Run as a standard LoRA it would adapt every token
-  // and give other answers without a word, so it is refused until the engine runs aLoRA.
-  for (const auto& [key, value] : file->metadata()) {
-    if (key.rfind("adapter.alora.", 0) == 0) {
-      throw AdapterLoadError("activated LoRA (aLoRA) adapters are not supported yet",
-                             {path, key, "a standard LoRA (no adapter.alora.* keys)", "present",
-                              "use a standard LoRA adapter; running this one as standard would adapt every token"});
-    }
+  // Activated LoRA: kept with the adapter; the runtime refuses to run it (adapter.h).
+  std::vector<int32_t> invocation_tokens = gguf_invocation_tokens(*file);
+  if (!invocation_tokens.empty()) {
+    check_invocation_tokens(invocation_tokens, shape, path, invocation_tokens_key(AdapterFormat::kGgufLora));
   }
   const std::string arch = file->find_string("general.architecture").value_or("");
   if (arch != shape.architecture) {
@@ -103,7 +133,8 @@ std::shared_ptr<const Adapter> load_gguf_lora(const std::string& name, const std
     modules.push_back(make_lora_module(shape, key.first, m, a, b, alpha, scale, options.dtype, path, ab.first->name));
   }
   if (modules.empty()) throw AdapterLoadError("the adapter adapts no module", {path, "tensors", "lora_a/lora_b pairs", "none", ""});
-  return std::make_shared<Adapter>(name, path, AdapterFormat::kGgufLora, shape, std::move(modules));
+  return std::make_shared<Adapter>(name, path, AdapterFormat::kGgufLora, shape, std::move(modules),
+                                   std::move(invocation_tokens));
 }
 
 std::shared_ptr<const Adapter> load_adapter(const std::string& name, const std::string& path,

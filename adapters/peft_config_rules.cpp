@@ -103,7 +103,6 @@ void check_unsupported(const PeftRules& r, const JsonValue& cfg) {
       {"target_parameters", "null or [] (only nn.Linear modules can be adapted)"},
       {"fan_in_fan_out", "false (Llama projections are nn.Linear)"},
       // LoRA variants whose forward is not plain x·A·B (PEFT 0.21 fields).
-      {"alora_invocation_tokens", "null (activated LoRA is not supported)"},
       {"use_qalora", "false (QA-LoRA is not supported)"},
       {"use_bdlora", "null (block-diagonal LoRA is not supported)"},
       {"arrow_config", "null (Arrow routing is not supported)"},
@@ -132,6 +131,7 @@ PeftRules parse_peft_rules(const std::string& file, const JsonValue& cfg, int64_
   PeftRules r;
   r.file = file;
   check_unsupported(r, cfg);
+  r.invocation_tokens = parse_invocation_tokens(file, cfg);
   r.r = cfg.find_int("r").value_or(8);
   r.alpha = cfg.find_double("lora_alpha").value_or(8.0);
   r.rslora = cfg.find_bool("use_rslora").value_or(false);
@@ -185,6 +185,26 @@ PeftRules parse_peft_rules(const std::string& file, const JsonValue& cfg, int64_
     }
   }
   return r;
+}
+
+std::vector<int32_t> parse_invocation_tokens(const std::string& file, const JsonValue& cfg) {
+  constexpr const char* kKey = "alora_invocation_tokens";
+  const JsonValue* v = cfg.find(kKey);
+  if (v == nullptr || v->is_null()) return {};
+  const auto refuse_value = [&](const std::string& what, const std::string& found) {
+    throw AdapterLoadError(what, {file, kKey, "a non-empty list of token ids (integers >= 0)", found,
+                                  "null or no key for a standard LoRA"});
+  };
+  if (!v->is_array()) refuse_value("activated LoRA invocation tokens are not a list", v->to_string());
+  if (v->size() == 0) refuse_value("activated LoRA without invocation tokens", "an empty list");
+  std::vector<int32_t> out;
+  for (const JsonValue& e : v->as_array()) {
+    if (!e.is_integer() || e.as_int() < 0 || e.as_int() > INT32_MAX) {
+      refuse_value("activated LoRA invocation token is not a token id", e.to_string());
+    }
+    out.push_back(static_cast<int32_t>(e.as_int()));
+  }
+  return out;
 }
 
 // PEFT's check_target_module_exists for one module path.

@@ -29,12 +29,18 @@ struct PeftRules {
   std::vector<std::string> layers_pattern;
   std::vector<std::pair<std::string, int64_t>> rank_pattern;
   std::vector<std::pair<std::string, double>> alpha_pattern;
+  std::vector<int32_t> invocation_tokens;  // alora_invocation_tokens; empty: a standard LoRA
 };
 
 // Reads the rules from the parsed config of `file`, for a base model of `num_layers`
 // layers. Throws AdapterLoadError naming the field for every PEFT feature lorakv does not
 // apply, and ConfigError for a mistyped value.
 PeftRules parse_peft_rules(const std::string& file, const formats::JsonValue& cfg, int64_t num_layers);
+
+// alora_invocation_tokens of the parsed config of `file`: empty when absent or null. Throws
+// AdapterLoadError naming the field for an empty list, a value that is not a list, or an
+// entry that is not an integer in [0, 2^31). Not checked against a vocabulary.
+std::vector<int32_t> parse_invocation_tokens(const std::string& file, const formats::JsonValue& cfg);
 
 // Whether the rules adapt the module at `path` (of layer `layer`). Throws
 // AdapterLoadError for a regular expression lorakv cannot compile.

@@ -48,6 +48,9 @@ std::shared_ptr<const Adapter> load_peft_adapter(const std::string& name, const 
   try {
     const JsonValue cfg = formats::parse_json_file(config_path);
     rules = parse_peft_rules(config_path, cfg, shape.num_layers);
+    if (!rules.invocation_tokens.empty()) {
+      check_invocation_tokens(rules.invocation_tokens, shape, config_path, invocation_tokens_key(AdapterFormat::kPeft));
+    }
     st = formats::SafetensorsFile::open(weights_path);
   } catch (const AdapterLoadError&) {
     throw;
@@ -131,7 +134,8 @@ std::shared_ptr<const Adapter> load_peft_adapter(const std::string& name, const 
   if (modules.empty()) {
     throw AdapterLoadError("the adapter adapts no module", {dir, "target_modules", "at least one module", "none", ""});
   }
-  return std::make_shared<Adapter>(name, dir, AdapterFormat::kPeft, shape, std::move(modules));
+  return std::make_shared<Adapter>(name, dir, AdapterFormat::kPeft, shape, std::move(modules),
+                                   std::move(rules.invocation_tokens));
 }
 
 }  // namespace lorakv::adapters

@@ -51,7 +51,8 @@ ModelHeader read_model_header(const SessionConfig& c) {
 // What an adapter must fit (as runtime::LlamaModel::adapter_shape builds it from a loaded model).
 adapters::BaseModelShape adapter_shape(const runtime::ModelConfig& m) {
   return {m.architecture, m.num_layers, m.hidden_dim,      m.num_heads,
-          m.num_kv_heads, m.head_dim,   m.intermediate_dim, runtime::gguf_permutes_qk(m.architecture)};
+          m.num_kv_heads, m.head_dim,   m.intermediate_dim, runtime::gguf_permutes_qk(m.architecture),
+          m.vocab_size};
 }
 
 // Each agent's turn header must tokenize as the layout needs it (ChatML's special tokens

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "lorakv/adapters/adapter_loader.h"
+#include "lorakv/adapters/peft_config_rules.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/common/errors.h"
@@ -21,6 +23,8 @@
 #include "lorakv/formats/json.h"
 #include "lorakv/formats/safetensors_file.h"
 #include "lorakv/formats/safetensors_index.h"
+#include "lorakv/formats/tokenizer_gguf.h"
+#include "lorakv/formats/tokenizer_json.h"
 #include "lorakv/runtime/hf_checkpoint.h"
 #include "lorakv/runtime/model_config.h"
 
@@ -34,11 +38,15 @@ Describes a model without loading its weights: for a GGUF file, the architecture
 (validated as lorakv would load them), parameter count, file size, tokenizer facts, the
 chat format, and every tensor (name, type, shape in PyTorch order, bytes). For a Hugging
 Face checkpoint folder (config.json with model.safetensors or model.safetensors.index.json),
-the config keys, the sizes lorakv reads from them, and the tensor table.
+the config keys, the sizes lorakv reads from them, and the tensor table. For a LoRA adapter
+(a GGUF LoRA file, or a PEFT folder with adapter_config.json), its keys, whether it is an
+activated LoRA (aLoRA) with its invocation tokens, and the tensor table.
 
 flags:
   --metadata    also print every GGUF metadata key with its type and value (long arrays
                 and strings abbreviated); for a checkpoint, the safetensors metadata
+  --model PATH  for an adapter: the base model (GGUF file or checkpoint folder) whose
+                tokenizer shows the invocation tokens as text
   --help        this text
 )";
 
@@ -207,8 +215,121 @@ std::string chat_format(const std::string& jinja) {
   }
 }
 
-int inspect_gguf(const std::string& path, bool metadata, std::ostream& out) {
+// The tokenizer of --model (a GGUF file or a checkpoint folder with tokenizer.json), to show
+// an adapter's invocation tokens as text.
+std::unique_ptr<formats::BpeTokenizer> model_tokenizer(const std::optional<std::string>& model) {
+  if (!model) return nullptr;
+  std::error_code ec;
+  if (fs::is_directory(*model, ec)) {
+    return std::make_unique<formats::BpeTokenizer>(
+        formats::vocab_from_tokenizer_json((fs::path(*model) / "tokenizer.json").string()));
+  }
+  return std::make_unique<formats::BpeTokenizer>(formats::tokenizer_from_gguf(*formats::GgufFile::open(*model)));
+}
+
+// How the adapter acts, and its aLoRA invocation tokens (as text too, given a tokenizer).
+// `read` returns them, or throws the loader's refusal, which is shown instead.
+void print_activation(std::ostream& out, const std::function<std::vector<int32_t>()>& read,
+                      const formats::BpeTokenizer* tokenizer) {
+  std::vector<int32_t> ids;
+  try {
+    ids = read();
+  } catch (const Error& e) {
+    row(out, "activation", std::string("not loadable: ") + e.what());
+    return;
+  }
+  if (ids.empty()) {
+    row(out, "activation", "standard LoRA (every token)");
+    return;
+  }
+  row(out, "activation", "activated LoRA (aLoRA): from the last occurrence of its invocation tokens on; loads, "
+                         "but lorakv does not run it yet");
+  std::string list = "[";
+  for (size_t i = 0; i < ids.size(); ++i) list += (i ? ", " : "") + std::to_string(ids[i]);
+  row(out, "invocation tokens", list + "] (" + std::to_string(ids.size()) + ")");
+  if (tokenizer == nullptr) {
+    row(out, "invocation text", "(pass --model to see it)");
+    return;
+  }
+  std::string pieces;
+  for (int32_t id : ids) {
+    if (id >= tokenizer->vocab_size()) {
+      row(out, "invocation text", "token " + std::to_string(id) + " is outside the model's vocabulary (" +
+                                      std::to_string(tokenizer->vocab_size()) + " tokens)");
+      return;
+    }
+    pieces += (pieces.empty() ? "" : " ") + quoted(tokenizer->token_piece(id));
+  }
+  row(out, "invocation text", quoted(tokenizer->decode(ids)));
+  row(out, "invocation pieces", pieces);
+}
+
+int inspect_gguf_adapter(const std::string& path, const formats::GgufFile& f, bool metadata,
+                         const formats::BpeTokenizer* tokenizer, std::ostream& out) {
+  out << "adapter: " << path << " (GGUF)\n";
+  row(out, "format", "GGUF v" + std::to_string(f.version()) + ", " + std::to_string(f.metadata().size()) +
+                         " metadata keys, alignment " + std::to_string(f.alignment()));
+  row(out, "file size", bytes_text(f.file_size()));
+  row(out, "adapter type", f.find_string("adapter.type").value_or("(none)"));
+  row(out, "architecture", f.find_string("general.architecture").value_or("(none)"));
+  const std::optional<double> alpha = f.find_float("adapter.lora.alpha");
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", alpha.value_or(0.0));
+  row(out, "alpha", alpha ? buf : "(none)");
+  print_activation(out, [&] { return adapters::gguf_invocation_tokens(f); }, tokenizer);
+  if (metadata) {
+    out << "metadata (" << f.metadata().size() << " keys):\n";
+    for (const auto& [key, value] : f.metadata()) {
+      out << "  " << key << " (" << value.describe() << ") = " << value_text(value) << "\n";
+    }
+  }
+  out << "weights:\n";
+  std::vector<TensorRow> rows;
+  for (const formats::GgufTensorInfo& t : f.tensors()) {
+    rows.push_back({t.name, formats::ggml_type_name(t.type_id), t.torch_shape(), t.num_elements, t.num_bytes});
+  }
+  print_tensors(out, rows);
+  return 0;
+}
+
+int inspect_peft(const std::string& dir, const formats::BpeTokenizer* tokenizer, std::ostream& out) {
+  const fs::path config_path = fs::path(dir) / "adapter_config.json";
+  formats::JsonParseOptions options;
+  options.source = config_path.string();
+  const formats::JsonValue config = formats::parse_json_file(config_path.string(), options);
+  if (!config.is_object()) {
+    throw AdapterLoadError("adapter_config.json is not a JSON object", {config_path.string(), "", "an object",
+                                                                         config.describe(), ""});
+  }
+  out << "adapter: " << dir << " (PEFT)\n";
+  out << "adapter_config.json (" << config.size() << " keys):\n";
+  for (const auto& [key, value] : config.as_object()) {
+    std::string text = value.to_string();
+    if (text.size() > kMaxStringBytes) text = text.substr(0, kMaxStringBytes) + "... (" + grouped(text.size()) + " bytes)";
+    row(out, key, text);
+  }
+  out << "adapter:\n";
+  print_activation(out, [&] { return adapters::parse_invocation_tokens(config_path.string(), config); }, tokenizer);
+  const fs::path weights = fs::path(dir) / "adapter_model.safetensors";
+  out << "weights:\n";
+  if (!fs::exists(weights)) {
+    row(out, "files", "no adapter_model.safetensors");
+    return 0;
+  }
+  const std::unique_ptr<formats::SafetensorsFile> file = formats::SafetensorsFile::open(weights.string());
+  std::vector<TensorRow> rows;
+  for (const auto& t : file->tensors()) rows.push_back({t.name, t.dtype_name(), t.shape, t.num_elements, t.num_bytes});
+  row(out, "files", "adapter_model.safetensors, " + bytes_text(file->file_size()));
+  print_tensors(out, rows);
+  return 0;
+}
+
+int inspect_gguf(const std::string& path, bool metadata, const formats::BpeTokenizer* tokenizer, std::ostream& out) {
   const std::unique_ptr<formats::GgufFile> f = formats::GgufFile::open(path);
+  const formats::GgufValue* type = f->find("general.type");
+  if (type != nullptr && type->type == formats::GgufType::kString && type->s == "adapter") {
+    return inspect_gguf_adapter(path, *f, metadata, tokenizer, out);
+  }
   out << "file: " << path << "\n";
   row(out, "format", "GGUF v" + std::to_string(f->version()) + ", " + std::to_string(f->metadata().size()) +
                          " metadata keys, alignment " + std::to_string(f->alignment()));
@@ -339,7 +460,7 @@ int inspect_hf(const std::string& dir, bool metadata, std::ostream& out) {
 }  // namespace
 
 int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CliArgs a(args, {}, {"--metadata", "--help"}, "inspect");
+  CliArgs a(args, {"--model"}, {"--metadata", "--help"}, "inspect");
   if (a.has("--help")) {
     out << kInspectHelp;
     return 0;
@@ -355,8 +476,12 @@ int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::os
     throw ConfigError("no such file or directory", {path, "FILE_OR_DIR", "a GGUF file or a checkpoint folder",
                                                     "nothing at that path", "check the path"});
   }
-  if (fs::is_directory(path, ec)) return inspect_hf(path, a.has("--metadata"), out);
-  return inspect_gguf(path, a.has("--metadata"), out);
+  const std::unique_ptr<formats::BpeTokenizer> tokenizer = model_tokenizer(a.get("--model"));
+  if (fs::is_directory(path, ec)) {
+    const bool peft = fs::exists(fs::path(path) / "adapter_config.json") && !fs::exists(fs::path(path) / "config.json");
+    return peft ? inspect_peft(path, tokenizer.get(), out) : inspect_hf(path, a.has("--metadata"), out);
+  }
+  return inspect_gguf(path, a.has("--metadata"), tokenizer.get(), out);
 }
 
 }  // namespace lorakv::cli

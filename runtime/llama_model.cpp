@@ -55,7 +55,8 @@ std::unique_ptr<KvCache> LlamaModel::make_cache() const {
 adapters::BaseModelShape LlamaModel::adapter_shape() const {
   const ModelConfig& c = config_;
   return {c.architecture, c.num_layers, c.hidden_dim,      c.num_heads,
-          c.num_kv_heads, c.head_dim,   c.intermediate_dim, gguf_permutes_qk(c.architecture)};
+          c.num_kv_heads, c.head_dim,   c.intermediate_dim, gguf_permutes_qk(c.architecture),
+          c.vocab_size};
 }
 
 int64_t LlamaModel::module_width(Module module) const {
@@ -105,6 +106,23 @@ void LlamaModel::check_adapter(const adapters::Adapter& a) const {
   if (a.dtype() != dtype()) {
     throw ConfigError("adapter dtype differs from the model's",
                       {a.source(), a.name(), c10::toString(dtype()), c10::toString(a.dtype()), ""});
+  }
+  if (a.activated()) {
+    const std::vector<int32_t>& tokens = a.invocation_tokens();
+    const std::string file = a.invocation_tokens_file(), key = adapters::invocation_tokens_key(a.format());
+    // Out-of-vocabulary ids first: such an adapter is wrong for this model whatever runs it.
+    for (int32_t t : tokens) {
+      if (t < 0 || t >= config_.vocab_size) {
+        throw ConfigError("activated LoRA invocation token outside the model's vocabulary",
+                          {file, key, "token ids in 0.." + std::to_string(config_.vocab_size - 1), std::to_string(t),
+                           "was adapter '" + a.name() + "' trained for another base model?"});
+      }
+    }
+    // Run as a standard LoRA it would adapt every position instead of those from its invocation on.
+    throw ConfigError("adapter '" + a.name() + "' is an activated LoRA (aLoRA): activated LoRA adapters load, but the "
+                      "engine does not run them yet",
+                      {file, key, "a standard LoRA adapter", std::to_string(tokens.size()) + " invocation tokens",
+                       "use a standard LoRA adapter; running this one as standard would adapt every token"});
   }
 }
 

@@ -99,7 +99,10 @@ class LlamaModel {
   const ModelWeights& weights() const { return weights_; }
   // What adapters must fit (layers, widths, heads) for this model.
   adapters::BaseModelShape adapter_shape() const;
-  // Throws ConfigError for an adapter of another model (shape) or dtype.
+  // Throws ConfigError for an adapter of another model (shape) or dtype, and for an activated
+  // LoRA (adapters/adapter.h): it loads, but nothing here applies its activation rule yet, and
+  // run as a standard LoRA it would adapt every token. Called wherever an adapter meets the
+  // model: the engine adding a reader and every forward.
   void check_adapter(const adapters::Adapter& adapter) const;
 
   // A cache sized for this model.

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <utility>
 
 #include "lorakv/adapters/adapter_loader.h"
 #include "lorakv/adapters/adapter_registry.h"
@@ -21,8 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 using testing::SafetensorsBuilder;
 
-// A tiny Llama: 2 layers, hidden 8, 2 heads of 4 (q 8 wide), 1 KV head (k/v 4 wide), MLP 12.
-BaseModelShape tiny() { return {"llama", 2, 8, 2, 1, 4, 12, true}; }
+// A tiny Llama: 2 layers, hidden 8, 2 heads of 4 (q 8 wide), 1 KV head (k/v 4 wide), MLP 12,
+// vocabulary 32.
+BaseModelShape tiny() { return {"llama", 2, 8, 2, 1, 4, 12, true, 32}; }
 
 std::vector<float> values(int64_t n, float start) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -437,20 +440,152 @@ TEST(GgufLoraLoading, RefusesABaseModelFileAndUnknownTensors) {
   expect_refused(path2, {"token_embd.weight.lora_a", "unsupported tensor"});
 }
 
-// An activated LoRA (aLoRA) GGUF file, as llama.cpp's converter writes it, is refused: loaded
-// as a standard LoRA it would adapt every token instead of only those from its invocation on.
-TEST(GgufLoraLoading, RefusesActivatedLoraRatherThanRunItAsStandard) {
+// Activated LoRA (aLoRA): the loaders keep the invocation tokens (adapters/adapter.h); the
+// runtime refuses to run such an adapter (tests/runtime/activated_lora_refusal_test.cpp).
+
+// A GGUF LoRA on layer 0's v_proj as llama.cpp's converter writes one; `keys` adds metadata.
+std::string write_gguf_lora(const std::string& file, const std::function<void(testing::GgufBuilder&)>& keys = {}) {
   testing::GgufBuilder g;
   g.add_string("general.architecture", "llama");
   g.add_string("general.type", "adapter");
   g.add_string("adapter.type", "lora");
   g.add_f32("adapter.lora.alpha", 2.0f);
-  g.add_i32_array("adapter.alora.invocation_tokens", {1, 2, 3});
+  if (keys) keys(g);
   g.add_f32_tensor("blk.0.attn_v.weight.lora_a", {8, 1}, values(8, 0.5f));
   g.add_f32_tensor("blk.0.attn_v.weight.lora_b", {1, 4}, {0, 2, 1, 3});
-  const std::string path = testing::temp_path("alora.gguf");
+  const std::string path = testing::temp_path(file);
   g.write(path);
-  expect_refused(path, {"aLoRA", "adapter.alora.invocation_tokens", "alora.gguf"});
+  return path;
+}
+
+std::string with_tokens(const std::string& tokens_json) {
+  std::string cfg = kQvConfig;
+  cfg.insert(1, "\"alora_invocation_tokens\": " + tokens_json + ", ");
+  return cfg;
+}
+
+TEST(GgufLoraLoading, KeepsActivatedLoraInvocationTokens) {
+  // uint32, the element type llama.cpp's convert_lora_to_gguf.py writes (and llama.cpp reads).
+  auto a = load_adapter("a", write_gguf_lora("alora_u32.gguf", [](testing::GgufBuilder& g) {
+                          g.add_u32_array("adapter.alora.invocation_tokens", {1, 2, 31});
+                        }), tiny());
+  EXPECT_TRUE(a->activated());
+  EXPECT_EQ(a->invocation_tokens(), (std::vector<int32_t>{1, 2, 31}));
+  EXPECT_EQ(a->invocation_tokens_file(), a->source());
+  // int32 elements are the same ids.
+  auto b = load_adapter("b", write_gguf_lora("alora_i32.gguf", [](testing::GgufBuilder& g) {
+                          g.add_i32_array("adapter.alora.invocation_tokens", {1, 2, 31});
+                        }), tiny());
+  EXPECT_EQ(b->invocation_tokens(), a->invocation_tokens());
+  EXPECT_EQ(b->identity(), a->identity());
+  // The factors load as for a standard LoRA; only the tokens (and so the identity) differ.
+  auto plain = load_adapter("p", write_gguf_lora("alora_none.gguf"), tiny());
+  EXPECT_FALSE(plain->activated());
+  EXPECT_TRUE(plain->invocation_tokens().empty());
+  ASSERT_NE(a->find(0, ModuleId::kV), nullptr);
+  EXPECT_TRUE(at::equal(a->find(0, ModuleId::kV)->b, plain->find(0, ModuleId::kV)->b));
+  EXPECT_NE(a->identity(), plain->identity());
+}
+
+TEST(PeftLoading, KeepsActivatedLoraInvocationTokens) {
+  auto a = load_adapter("a", write_peft("peft_alora", with_tokens("[5, 6, 31]"), qv_modules(2)), tiny());
+  EXPECT_TRUE(a->activated());
+  EXPECT_EQ(a->invocation_tokens(), (std::vector<int32_t>{5, 6, 31}));
+  EXPECT_EQ(a->invocation_tokens_file(), (fs::path(a->source()) / "adapter_config.json").string());
+  EXPECT_EQ(a->modules().size(), 4u);
+  // null is what PEFT writes for a standard LoRA.
+  auto null_tokens = load_adapter("n", write_peft("peft_alora_null", with_tokens("null"), qv_modules(2)), tiny());
+  EXPECT_FALSE(null_tokens->activated());
+  auto plain = load_adapter("p", write_peft("peft_alora_plain", kQvConfig, qv_modules(2)), tiny());
+  EXPECT_EQ(null_tokens->identity(), plain->identity());
+  EXPECT_NE(a->identity(), plain->identity());
+}
+
+// Which positions the factors act on is part of the output: every change of the tokens is a
+// new identity, while the format still is not hashed.
+TEST(AdapterIdentity, InvocationTokensAreHashed) {
+  auto peft = [](const std::string& dir, const std::string& tokens) {
+    return load_adapter("a", write_peft(dir, with_tokens(tokens), qv_modules(2)), tiny())->identity();
+  };
+  const AdapterIdentity base = peft("peft_tok_base", "[5, 6, 7]");
+  EXPECT_EQ(peft("peft_tok_again", "[5, 6, 7]"), base);
+  EXPECT_NE(peft("peft_tok_last", "[5, 6, 8]"), base) << "one token";
+  EXPECT_NE(peft("peft_tok_order", "[7, 6, 5]"), base) << "the order";
+  EXPECT_NE(peft("peft_tok_shorter", "[5, 6]"), base) << "a token fewer";
+  EXPECT_NE(peft("peft_tok_longer", "[5, 6, 7, 7]"), base) << "a token more";
+  EXPECT_NE(load_adapter("p", write_peft("peft_tok_none", kQvConfig, qv_modules(2)), tiny())->identity(), base)
+      << "no tokens";
+  // The same factors and tokens from PEFT and from GGUF: one identity.
+  SafetensorsBuilder b;
+  add_module(b, 0, "v_proj", 2);
+  const std::string cfg = R"({"r": 2, "lora_alpha": 4, "target_modules": ["v_proj"], "layers_to_transform": [0],
+    "alora_invocation_tokens": [3, 4]})";
+  auto from_peft = load_adapter("p", write_peft("peft_tok_vs_gguf", cfg, b), tiny());
+  testing::GgufBuilder g;
+  g.add_string("general.architecture", "llama");
+  g.add_string("general.type", "adapter");
+  g.add_string("adapter.type", "lora");
+  g.add_f32("adapter.lora.alpha", 4.0f);
+  g.add_u32_array("adapter.alora.invocation_tokens", {3, 4});
+  g.add_f32_tensor("blk.0.attn_v.weight.lora_a", {8, 2}, values(16, 0.1f));
+  g.add_f32_tensor("blk.0.attn_v.weight.lora_b", {2, 4}, values(8, -0.2f));
+  const std::string path = testing::temp_path("tok_vs_peft.gguf");
+  g.write(path);
+  EXPECT_EQ(load_adapter("g", path, tiny())->identity(), from_peft->identity());
+}
+
+TEST(PeftLoading, RefusesBadInvocationTokens) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[]", "an empty list"},
+      {"\"5 6\"", "not a list"},
+      {"5", "not a list"},
+      {"[5, \"x\"]", "\"x\""},
+      {"[5, 1.5]", "1.5"},
+      {"[5, -1]", "-1"},
+      {"[5, 2147483648]", "2147483648"},
+      {"[5, 32]", "0..31"},  // the tiny model's vocabulary is 32
+  };
+  int n = 0;  // a folder per case: remove_all on an existing one crashes here (libtorch's copy)
+  for (const auto& [tokens, found] : cases) {
+    SCOPED_TRACE(tokens);
+    expect_refused(write_peft("peft_bad_tokens" + std::to_string(n++), with_tokens(tokens), qv_modules(2)),
+                   {"adapter_config.json", "[alora_invocation_tokens]", found});
+  }
+}
+
+TEST(GgufLoraLoading, RefusesBadInvocationTokens) {
+  struct Case {
+    std::string name;
+    std::function<void(testing::GgufBuilder&)> keys;
+    std::vector<std::string> needles;  // besides the file
+  };
+  const std::string key = "adapter.alora.invocation_tokens";
+  const std::vector<Case> cases = {
+      {"empty", [&](testing::GgufBuilder& g) { g.add_u32_array(key, {}); }, {"[" + key + "]", "an empty array"}},
+      {"negative", [&](testing::GgufBuilder& g) { g.add_i32_array(key, {1, -1}); }, {"[" + key + "]", "found -1"}},
+      {"too_big", [&](testing::GgufBuilder& g) { g.add_u32_array(key, {1, 0x80000000u}); },
+       {"[" + key + "]", "2147483648"}},
+      {"vocab", [&](testing::GgufBuilder& g) { g.add_u32_array(key, {1, 32}); }, {"[" + key + "]", "0..31", "32"}},
+      {"scalar", [&](testing::GgufBuilder& g) { g.add_u32(key, 1); }, {"[" + key + "]", "wrong type", "uint32"}},
+      {"strings", [&](testing::GgufBuilder& g) { g.add_string_array(key, {"<|assistant|>"}); },
+       {"[" + key + "]", "wrong type", "array<string>"}},
+      // An adapter.alora.* key without the tokens, with them: both refused, naming that key.
+      {"no_tokens", [&](testing::GgufBuilder& g) { g.add_string("adapter.alora.invocation_string", "<|assistant|>"); },
+       {"[adapter.alora.invocation_string]", "without invocation tokens", key}},
+      {"unknown_key",
+       [&](testing::GgufBuilder& g) {
+         g.add_u32_array(key, {1, 2});
+         g.add_u32("adapter.alora.offset", 1);
+       },
+       {"[adapter.alora.offset]", "unknown activated LoRA key"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string file = "alora_bad_" + c.name + ".gguf";
+    std::vector<std::string> needles = c.needles;
+    needles.push_back(file);
+    expect_refused(write_gguf_lora(file, c.keys), needles);
+  }
 }
 
 }  // namespace

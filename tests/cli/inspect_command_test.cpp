@@ -128,10 +128,76 @@ TEST(InspectCommand, HuggingFaceCheckpointFolder) {
   remove_files(dir, {"config.json", "model.safetensors"});
 }
 
+// A GGUF LoRA as llama.cpp's converter writes one, with aLoRA invocation tokens when given.
+std::string write_gguf_lora(const std::string& name, const std::vector<uint32_t>& tokens) {
+  lorakv::testing::GgufBuilder g;
+  g.add_string("general.architecture", "llama");
+  g.add_string("general.type", "adapter");
+  g.add_string("adapter.type", "lora");
+  g.add_f32("adapter.lora.alpha", 2.0f);
+  if (!tokens.empty()) g.add_u32_array("adapter.alora.invocation_tokens", tokens);
+  g.add_f32_tensor("blk.0.attn_v.weight.lora_a", {8, 1}, std::vector<float>(8, 0.5f));
+  g.add_f32_tensor("blk.0.attn_v.weight.lora_b", {1, 4}, std::vector<float>(4, 0.25f));
+  const std::string path = lorakv::testing::temp_path(name);
+  g.write(path);
+  return path;
+}
+
+TEST(InspectCommand, GgufLoraAdapterShowsItsInvocationTokens) {
+  const std::string alora = write_gguf_lora("inspect_alora.gguf", {1, 2});
+  const Result r = inspect({alora});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(adapter: .*inspect_alora\.gguf \(GGUF\))")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +activation +activated LoRA \(aLoRA\).*does not run it yet)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +invocation tokens +\[1, 2\] \(2\))")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +invocation text +\(pass --model to see it\))")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +blk\.0\.attn_v\.weight\.lora_a +F32 +\[1, 8\] +32)")) << r.out;
+  EXPECT_EQ(r.out.find("not runnable"), std::string::npos) << "an adapter is not described as a model: " << r.out;
+  // With the base model, the tokens as text (SmolLM2: 1 is <|im_start|>, 2 <|im_end|>).
+  const std::string model = lorakv::testing::test_setting("LORAKV_MODEL");
+  ASSERT_FALSE(model.empty()) << "LORAKV_MODEL is not set";
+  const Result t = inspect({alora, "--model", model});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_TRUE(has_line(t.out, R"( +invocation text +"<\|im_start\|><\|im_end\|>")")) << t.out;
+  EXPECT_TRUE(has_line(t.out, R"( +invocation pieces +"<\|im_start\|>" "<\|im_end\|>")")) << t.out;
+  // A standard LoRA, and tokens the loader refuses (shown with the loader's reason).
+  const Result s = inspect({write_gguf_lora("inspect_lora.gguf", {})});
+  EXPECT_TRUE(has_line(s.out, R"( +activation +standard LoRA \(every token\))")) << s.out;
+  EXPECT_EQ(s.out.find("invocation tokens"), std::string::npos) << s.out;
+  lorakv::testing::GgufBuilder bad;
+  bad.add_string("general.type", "adapter");
+  bad.add_u32_array("adapter.alora.invocation_tokens", {});
+  const std::string bad_path = lorakv::testing::temp_path("inspect_alora_empty.gguf");
+  bad.write(bad_path);
+  const Result b = inspect({bad_path});
+  EXPECT_TRUE(has_line(b.out, R"( +activation +not loadable: .*without invocation tokens \[adapter\.alora\.invocation_tokens\].*)"))
+      << b.out;
+  std::remove(alora.c_str());
+  std::remove(bad_path.c_str());
+}
+
+TEST(InspectCommand, PeftAdapterFolderShowsItsInvocationTokens) {
+  const fs::path dir = lorakv::testing::temp_path("inspect-peft");
+  fs::create_directories(dir);
+  std::ofstream(dir / "adapter_config.json") << R"({"peft_type": "LORA", "r": 1, "lora_alpha": 2,
+    "target_modules": ["v_proj"], "alora_invocation_tokens": [7, 8, 9]})";
+  lorakv::testing::SafetensorsBuilder st;
+  st.add_f32("base_model.model.model.layers.0.self_attn.v_proj.lora_A.weight", {1, 8}, std::vector<float>(8, 0.5f));
+  st.add_f32("base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight", {4, 1}, std::vector<float>(4, 0.5f));
+  st.write((dir / "adapter_model.safetensors").string());
+  const Result r = inspect({dir.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(adapter: .*inspect-peft \(PEFT\))")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(adapter_config\.json \(5 keys\):)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +invocation tokens +\[7, 8, 9\] \(3\))")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(tensors \(2\):)")) << r.out;
+  remove_files(dir, {"adapter_config.json", "adapter_model.safetensors"});
+}
+
 TEST(InspectCommand, HelpDocumentsEveryFlag) {
   const Result r = inspect({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* flag : {"--metadata", "--help", "FILE_OR_DIR"}) EXPECT_NE(r.out.find(flag), std::string::npos);
+  for (const char* flag : {"--metadata", "--model", "--help", "FILE_OR_DIR"}) EXPECT_NE(r.out.find(flag), std::string::npos);
   std::ostringstream out, err;
   run_cli({"--help"}, out, err);
   EXPECT_NE(out.str().find("inspect"), std::string::npos);

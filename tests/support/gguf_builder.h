@@ -50,6 +50,13 @@ class GgufBuilder {
     for (const auto& v : values) put_string(kv_, v);
     ++num_kv_;
   }
+  void add_u32_array(const std::string& key, const std::vector<uint32_t>& values) {
+    kv_key(key, 9);
+    put<uint32_t>(kv_, 4);
+    put<uint64_t>(kv_, values.size());
+    for (uint32_t v : values) put(kv_, v);
+    ++num_kv_;
+  }
   void add_i32_array(const std::string& key, const std::vector<int32_t>& values) {
     kv_key(key, 9);
     put<uint32_t>(kv_, 5);
