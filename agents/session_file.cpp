@@ -97,6 +97,10 @@ struct Encoder {
     if (!rows.lanes.empty()) {
       put(o, "lanes", encode_lanes(prefix, rows.lanes, [this](const std::string& name, const at::Tensor& t) { add(name, t); }));
     }
+    if (rows.query_sum.defined()) {  // capkv's anchor
+      add(prefix + ".query_sum", rows.query_sum);
+      put(o, "query_count", number(rows.query_count));
+    }
     std::vector<JsonValue> residuals;
     for (size_t j = 0; j < rows.residuals.size(); ++j) {
       const runtime::SequenceRows::Residual& r = rows.residuals[j];
@@ -190,6 +194,13 @@ struct Decoder {
     if (with_lanes) {
       rows.lanes = decode_lanes(path, prefix, o.at("lanes"), static_cast<int64_t>(rows.tokens.size()),
                                 [this](const std::string& name) -> const formats::SafetensorsTensorInfo& { return checked(name); });
+    }
+    if (o.contains("query_count")) {  // capkv's anchor: float32 [layers, heads, head_dim] (the engine checks the sizes)
+      rows.query_count = o.at("query_count").as_int();
+      rows.query_sum = tensor(prefix + ".query_sum");
+      if (rows.query_count < 0 || rows.query_sum.scalar_type() != at::kFloat || rows.query_sum.dim() != 3) {
+        fail("a query anchor of another dtype, shape or count", prefix + ".query_sum");
+      }
     }
     const int64_t tensors = with_lanes ? static_cast<int64_t>(rows.lanes.size()) : layers;
     for (int64_t l = 0; l < tensors; ++l) {

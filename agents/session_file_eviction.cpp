@@ -104,6 +104,8 @@ JsonValue eviction_json(const EvictionConfig& c) {
   put(o, "pyramid_beta", real(c.pyramid_beta));
   put(o, "head_floor", real(c.head_floor));
   put(o, "leverage_rank", integer(c.leverage_rank));
+  put(o, "capkv_tau", real(c.capkv_tau));
+  put(o, "capkv_future_positions", integer(c.capkv_future_positions));
   return JsonValue::make_object(std::move(o));
 }
 
@@ -128,6 +130,8 @@ EvictionConfig eviction_from_json(const std::string& path, const JsonValue& o) {
   c.pyramid_beta = o.at("pyramid_beta").as_double();
   c.head_floor = o.at("head_floor").as_double();
   c.leverage_rank = o.at("leverage_rank").as_int();
+  c.capkv_tau = o.at("capkv_tau").as_double();
+  c.capkv_future_positions = o.at("capkv_future_positions").as_int();
   try {
     c.check("eviction");
   } catch (const ConfigError& e) {

@@ -74,13 +74,15 @@ void parse_layer_budgets(const std::string& text, const CliArgs& args, EvictionC
   }
 }
 
-// The policies' own keys (scoring, per-layer and per-head budgets, leverage's rank).
+// The policies' own keys (scoring, per-layer and per-head budgets, leverage's rank, capkv's).
 void parse_policy_keys(const CliArgs& args, EvictionConfig& config) {
   config.scoring = args.get("--scoring").value_or(config.scoring);
   if (const std::optional<std::string> curve = args.get("--layer-budgets")) parse_layer_budgets(*curve, args, config);
   config.pyramid_beta = args.get_double("--pyramid-beta", config.pyramid_beta, 1, 1e6);
   config.head_floor = args.get_double("--head-floor", config.head_floor, 0, 1);
   config.leverage_rank = args.get_int("--leverage-rank", config.leverage_rank, 1, 1 << 16);
+  config.capkv_tau = args.get_double("--capkv-tau", config.capkv_tau, 0, 1e6);
+  config.capkv_future_positions = args.get_int("--capkv-future-positions", config.capkv_future_positions, 1, 1 << 20);
 }
 
 // A flag that only means something with a policy, given without one.
@@ -124,7 +126,7 @@ void check_policy_name(const std::string& policy, const CliArgs& args) {
 const std::set<std::string>& eviction_value_flags() {
   static const std::set<std::string> flags = {"--policy",        "--budget",       "--sinks",      "--window",
                                               "--scoring",       "--layer-budgets", "--pyramid-beta", "--head-floor",
-                                              "--leverage-rank"};
+                                              "--leverage-rank", "--capkv-tau", "--capkv-future-positions"};
   return flags;
 }
 
@@ -134,7 +136,8 @@ const char* eviction_flags_help() {
                             snapkv (the most attention from the newest --window queries),
                             pyramidkv (snapkv with per-layer budgets), adakv (snapkv with a
                             layer's budget spread over its KV heads; needs --per-head where the
-                            command has it), leverage (keys most in the keys' main directions);
+                            command has it), leverage (keys most in the keys' main directions),
+                            capkv (rows adding most output capacity where the mean query points);
                             the engine evicts after every step
   --budget N|F              with a policy (required): N >= 1 rows kept per layer and head group, or
                             F in (0, 1] (written with a '.') of the context's tokens
@@ -143,11 +146,15 @@ const char* eviction_flags_help() {
                             observation window
   --scoring sum|max|writer  whose attention scores a shared row: every reader's summed, the max
                             over readers, or the writer's alone (default: sum for h2o, writer for
-                            the snapkv family)
+                            the snapkv family and capkv, which takes only writer)
   --layer-budgets CURVE     pyramidkv: pyramid (default), flat, or weights per layer (1,1,2,...)
   --pyramid-beta B          pyramidkv: the pyramid's steepness, >= 1 (default 20)
   --head-floor F            adakv: each KV head keeps at least F of its share (default 0.2)
   --leverage-rank R         leverage: main directions of the keys (default 8)
+  --capkv-tau T             capkv: sharpness of the query-key weights, >= 0 (default 5)
+  --capkv-future-positions N
+                            capkv: positions after the context its anchor's RoPE averages over
+                            (default 512)
 )";
 }
 
@@ -188,6 +195,12 @@ std::string describe_eviction(const EvictionConfig& config) {
   if (config.policy == "pyramidkv") text += ", layer budgets " + config.layer_budgets;
   if (config.policy == "adakv") text += ", head floor " + std::to_string(config.head_floor);
   if (config.policy == "leverage") text += ", rank " + std::to_string(config.leverage_rank);
+  if (config.policy == "capkv") {
+    char capkv[96];
+    std::snprintf(capkv, sizeof capkv, ", tau %g, %lld future positions", config.capkv_tau,
+                  static_cast<long long>(config.capkv_future_positions));
+    text += capkv;
+  }
   return text;
 }
 

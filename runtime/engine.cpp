@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "lorakv/common/errors.h"
 #include "lorakv/common/sha256.h"
@@ -150,6 +151,13 @@ ReaderState& Engine::State::reader(ReaderRef ref) {
 }
 const ReaderState& Engine::State::reader(ReaderRef ref) const { return const_cast<State*>(this)->reader(ref); }
 
+void Engine::State::grow_rope(const LlamaModel& model, int64_t rows) {
+  if (rope_cos.defined() && rope_cos.size(0) >= rows) return;
+  int64_t n = 1024;
+  while (n < rows) n *= 2;
+  std::tie(rope_cos, rope_sin) = model.rope_half_tables(n);
+}
+
 int64_t Engine::base_row_bytes(const LlamaModel& model, const EngineOptions& options) {
   const ModelConfig& c = model.config();
   const int64_t heads_per_group = options.per_head_token_sets ? 1 : c.num_kv_heads;
@@ -221,6 +229,8 @@ int32_t Engine::add_reader(ContextId context, std::shared_ptr<const adapters::Ad
   for (const ReaderState& r : c.readers) {
     if (!r.left) others.push_back(r.adapter.get());
   }
+  // Refuses an activated LoRA too (ConfigError naming it): the engine does not apply its
+  // activation rule yet, and must never run one as a standard LoRA.
   if (adapter) model_.check_adapter(*adapter);
   check_reader(c.options.mode, adapter.get(), others);
 

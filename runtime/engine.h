@@ -171,6 +171,11 @@ struct SequenceRows {
     std::vector<float> scores;       // per row, the policy's attention mass; empty: none recorded
   };
   std::vector<Lane> lanes;
+  // capkv: the queries before RoPE of the work that wrote these rows, at positions >= the
+  // policy's sinks, summed per layer and query head (float32 [layers, heads, head_dim]), and
+  // how many were summed. Undefined and 0 for other policies.
+  at::Tensor query_sum;
+  int64_t query_count = 0;
 };
 
 // A context's tokens and rows, for saving it (agents/session_file.h).

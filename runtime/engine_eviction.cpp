@@ -23,6 +23,27 @@ std::vector<SeqId> ContextState::evictable_seqs() const {
   return seqs;
 }
 
+bool ContextState::needs_query_anchor() const {
+  return policy && policy->score_source() == cache::eviction::ScoreSource::kKeysValuesQueries;
+}
+
+QueryAnchor* ContextState::query_anchor(SeqId seq) {
+  if (!seq.valid()) return nullptr;
+  if (seq == shared_seq) return &shared_anchor;
+  for (ReaderState& r : readers) {
+    if (r.own_seq == seq) return &r.own_anchor;
+  }
+  return nullptr;
+}
+
+const QueryAnchor* ContextState::query_anchor(SeqId seq) const { return const_cast<ContextState*>(this)->query_anchor(seq); }
+
+void QueryAnchor::add(const at::Tensor& more, int64_t n) {
+  if (n == 0) return;
+  sum = sum.defined() ? sum + more : more.clone();  // out of place: a fork's copy shares the old tensor
+  count += n;
+}
+
 namespace {
 
 using cache::eviction::EvictionPolicy;
@@ -95,25 +116,67 @@ void check_eviction_fits(const cache::eviction::EvictionConfig& e, const cache::
 
 namespace {
 
+// capkv's scores of one lane's live rows: the rows after the sinks scored against `anchor`
+// (float32 [the lane's query heads, head_dim], rotated), summed over the lane's KV heads;
+// the sinks score the maximum + 1, as kvpress pads them (they are protected anyway).
+std::vector<float> capacity_lane_scores(const cache::GatheredRows& rows, const at::Tensor& anchor,
+                                        const cache::eviction::EvictionConfig& e) {
+  const int64_t n = rows.positions.size(0);
+  const int64_t sinks = rows.positions.lt(e.sinks).sum().item<int64_t>();  // positions ascend: a prefix
+  std::vector<float> out(static_cast<size_t>(n), 0.f);
+  if (sinks == n) return out;
+  const at::Tensor scores = capkv_scores(rows.k.narrow(1, sinks, n - sinks), rows.v.narrow(1, sinks, n - sinks), anchor,
+                                         e.capkv_tau)
+                                .sum(0)
+                                .contiguous();  // float32 [n - sinks]
+  const float* p = scores.data_ptr<float>();
+  std::copy(p, p + (n - sinks), out.begin() + sinks);
+  const float top = *std::max_element(out.begin() + sinks, out.end());
+  std::fill(out.begin(), out.begin() + sinks, top + 1);
+  return out;
+}
+
 // The candidates of every lane of `layer` with the scores the policy asks for: the mass
-// the kernel added to the rows, or leverage computed here from the keys.
+// the kernel added to the rows, or scores computed here from the rows (leverage, capkv;
+// `anchor`: capkv's float32 [layers, heads, head_dim], rotated, else undefined).
 std::vector<LaneCandidates> layer_candidates(const cache::PagedKvCache& cache, const Engine::State& st, SeqId seq,
-                                             int64_t layer, const EvictionPolicy& policy) {
+                                             int64_t layer, const EvictionPolicy& policy, const at::Tensor& anchor) {
   const cache::CacheLayout& layout = cache.layout();
   const cache::SequenceState& s = cache.manager().sequence(seq);
   const ScoreSource source = policy.score_source();
+  const bool from_rows = source == ScoreSource::kKeys || source == ScoreSource::kKeysValuesQueries;
   std::vector<LaneCandidates> lanes;
   for (int64_t g = 0; g < layout.num_groups(); ++g) {
     const cache::BaseLane& l = s.lanes[static_cast<size_t>(layout.lane(layer, g))];
-    lanes.push_back(candidates(l, layer, source != ScoreSource::kNone && source != ScoreSource::kKeys));
-    if (source != ScoreSource::kKeys || lanes.back().positions.empty()) continue;
+    lanes.push_back(candidates(l, layer, source != ScoreSource::kNone && !from_rows));
+    if (!from_rows || lanes.back().positions.empty()) continue;
     const cache::GatheredRows rows = cache.gather_lane(seq, layer, g);  // live rows, in row order
-    const at::Tensor keys = unrotated_keys(rows.k, rows.positions, st.rope_cos, st.rope_sin);
-    const at::Tensor scores = key_leverage(keys, policy.config().leverage_rank).contiguous();  // float32 [N]
-    LORAKV_ASSERT(scores.size(0) == static_cast<int64_t>(lanes.back().positions.size()), "leverage: one score per live row");
-    lanes.back().scores.assign(scores.data_ptr<float>(), scores.data_ptr<float>() + scores.size(0));
+    std::vector<float>& out = lanes.back().scores;
+    if (source == ScoreSource::kKeys) {
+      const at::Tensor keys = unrotated_keys(rows.k, rows.positions, st.rope_cos, st.rope_sin);
+      const at::Tensor scores = key_leverage(keys, policy.config().leverage_rank).contiguous();  // float32 [N]
+      out.assign(scores.data_ptr<float>(), scores.data_ptr<float>() + scores.size(0));
+    } else {
+      // The lane's query heads: its KV heads' groups of query heads (repeat_kv's order).
+      const int64_t per_kv = anchor.size(1) / layout.num_kv_heads;
+      const at::Tensor heads = anchor[layer].narrow(0, g * layout.heads_per_group * per_kv, layout.heads_per_group * per_kv);
+      out = capacity_lane_scores(rows, heads, policy.config());
+    }
+    LORAKV_ASSERT(out.size() == lanes.back().positions.size(), "" << policy.config().policy << ": one score per live row");
   }
   return lanes;
+}
+
+// capkv's anchor of `seq` for an eviction now: its writer's mean query before RoPE, rotated by
+// the RoPE averaged over the `capkv_future_positions` positions after the context's `tokens`.
+// Returns float32 [layers, heads, head_dim]; zeros before any query (every weight then 1).
+at::Tensor rotated_anchor(const ContextState& c, SeqId seq, const Engine::State& st, const ModelConfig& m,
+                          int64_t tokens) {
+  const QueryAnchor* a = c.query_anchor(seq);
+  if (!a || a->count == 0) return at::zeros({m.num_layers, m.num_heads, m.head_dim}, at::kFloat);
+  const at::Tensor mean = (a->sum / static_cast<double>(a->count)).view({m.num_layers * m.num_heads, m.head_dim});
+  return capkv_anchor(mean, tokens, c.options.eviction.capkv_future_positions, st.rope_cos, st.rope_sin)
+      .view({m.num_layers, m.num_heads, m.head_dim});
 }
 
 }  // namespace
@@ -144,10 +207,15 @@ void Engine::evict_over_budget(StepStats& stats) {
         layer_budgets(*c.policy, layout.num_layers, c.options.eviction.budget_rows(tokens), tokens);
     for (SeqId seq : c.evictable_seqs()) {
       if (!over_budget(cache_->manager().sequence(seq), layout, *c.policy, budgets)) continue;
+      at::Tensor anchor;  // capkv: float32 [layers, heads, head_dim]
+      if (c.needs_query_anchor()) {
+        state_->grow_rope(model_, tokens + c.options.eviction.capkv_future_positions);
+        anchor = rotated_anchor(c, seq, *state_, model_.config(), tokens);
+      }
       cache::KeepSets keep(static_cast<size_t>(layout.num_lanes()));
       for (int64_t layer = 0; layer < layout.num_layers; ++layer) {
-        const std::vector<std::vector<int64_t>> chosen =
-            c.policy->keep_layer(layer_candidates(*cache_, *state_, seq, layer, *c.policy), budgets[static_cast<size_t>(layer)]);
+        const std::vector<std::vector<int64_t>> chosen = c.policy->keep_layer(
+            layer_candidates(*cache_, *state_, seq, layer, *c.policy, anchor), budgets[static_cast<size_t>(layer)]);
         for (int64_t g = 0; g < layout.num_groups(); ++g) {
           const int64_t lane = layout.lane(layer, g);
           const std::vector<int64_t> live = cache_->manager().live_rows(seq, lane);

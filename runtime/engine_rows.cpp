@@ -45,6 +45,21 @@ SequenceRows export_sequence(const cache::PagedKvCache& cache, SeqId seq) {
   return rows;
 }
 
+// capkv's saved anchor must fit the model: float32 [layers, heads, head_dim], a count >= 0.
+void check_query_anchor(const ModelConfig& m, const std::optional<SequenceRows>& rows) {
+  if (!rows || (!rows->query_sum.defined() && rows->query_count == 0)) return;
+  const at::Tensor& s = rows->query_sum;
+  if (!s.defined() || s.scalar_type() != at::kFloat || s.sizes() != at::IntArrayRef({m.num_layers, m.num_heads, m.head_dim}) ||
+      rows->query_count < 0) {
+    throw ConfigError("saved rows carry a query anchor of another shape than the model's",
+                      {"", "rows.query_sum",
+                       "float32 [" + std::to_string(m.num_layers) + ", " + std::to_string(m.num_heads) + ", " +
+                           std::to_string(m.head_dim) + "]",
+                       s.defined() ? std::string(c10::toString(s.scalar_type())) + " " + std::to_string(s.dim()) + "-d" : "none",
+                       ""});
+  }
+}
+
 // The end of the run of equal writers starting at `from`.
 int64_t run_end(const std::vector<AdapterIdentity>& writers, int64_t from, int64_t end) {
   int64_t b = from + 1;
@@ -149,7 +164,12 @@ ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>
   const ContextState& c = state_->context(context);
   // With a policy, rows may be evicted or packed: each lane goes with its rows as they are.
   const auto export_rows = [&](SeqId seq) {
-    return c.policy ? export_lanes(*cache_, seq) : export_sequence(*cache_, seq);
+    SequenceRows rows = c.policy ? export_lanes(*cache_, seq) : export_sequence(*cache_, seq);
+    if (const QueryAnchor* a = c.query_anchor(seq); a && a->sum.defined()) {
+      rows.query_sum = a->sum.clone();
+      rows.query_count = a->count;
+    }
+    return rows;
   };
   ContextRows out;
   out.options = c.options;
@@ -176,8 +196,10 @@ ContextId Engine::import_context(const ContextRows& rows,
   }
   const auto has_lanes = [](const std::optional<SequenceRows>& s) { return s && !s->lanes.empty(); };
   if (has_lanes(rows.shared)) check_lanes(cache_->layout(), *rows.shared);
+  check_query_anchor(model_.config(), rows.shared);
   for (const std::optional<SequenceRows>& own : rows.own) {
     if (has_lanes(own)) check_lanes(cache_->layout(), *own);
+    check_query_anchor(model_.config(), own);
   }
   const ContextId id = create_context(rows.options, readers);
   ContextState& c = state_->context(id);
@@ -200,6 +222,11 @@ ContextId Engine::import_context(const ContextRows& rows,
     release_context(id);
     throw;
   }
+  const auto anchor_of = [](const std::optional<SequenceRows>& saved) {
+    return saved && saved->query_sum.defined() ? QueryAnchor{saved->query_sum.clone(), saved->query_count} : QueryAnchor{};
+  };
+  c.shared_anchor = anchor_of(rows.shared);
+  for (size_t i = 0; i < readers.size(); ++i) c.readers[i].own_anchor = anchor_of(rows.own[i]);
   // Lanes pack and mask rows, which no transaction undoes: on failure the context goes.
   try {
     for (auto& [saved, seq] : seqs) {

@@ -25,6 +25,16 @@ struct ReaderStream {
   std::vector<at::Tensor> b;   // per layer: float32 [kv_heads, rank, head_dim] contiguous (scale folded), or undefined
 };
 
+// capkv's anchor of one sequence: the queries before RoPE of the work writing its rows, at
+// positions >= the policy's sinks, summed per layer and query head as the steps run them
+// (SequenceRows::query_sum carries it through save and restore).
+struct QueryAnchor {
+  at::Tensor sum;      // float32 [layers, heads, head_dim]; undefined before the first query
+  int64_t count = 0;   // queries summed (the same at every layer and head)
+  // `add` (float32 [layers, heads, head_dim]) and `n` more queries.
+  void add(const at::Tensor& more, int64_t n);
+};
+
 struct ReaderState {
   std::shared_ptr<const adapters::Adapter> adapter;  // null: the base model
   AdapterIdentity identity;                          // base_model() for the base model
@@ -36,6 +46,7 @@ struct ReaderState {
   SeqId private_seq;
   int64_t private_after = 0;
   std::vector<int32_t> private_tokens;
+  QueryAnchor own_anchor;  // capkv in full: the queries that wrote own_seq
   bool left = false;  // remove_reader ran: every field above is empty
 };
 
@@ -48,8 +59,14 @@ struct ContextState {
   std::vector<ReaderStream> group_streams;
   // options.eviction's policy; null for none. Shared with forks (policies are immutable).
   std::shared_ptr<const cache::eviction::EvictionPolicy> policy;
+  QueryAnchor shared_anchor;  // capkv: the queries that wrote shared_seq
   // The sequences eviction keeps within the budget: shared_seq, or the readers' own_seq.
   std::vector<SeqId> evictable_seqs() const;
+  // capkv: whether the policy needs an anchor, and the anchor of `seq` (one of
+  // evictable_seqs()); null for another sequence.
+  bool needs_query_anchor() const;
+  QueryAnchor* query_anchor(SeqId seq);
+  const QueryAnchor* query_anchor(SeqId seq) const;
 };
 
 struct Engine::State {
@@ -58,6 +75,8 @@ struct Engine::State {
   int64_t next_seq = 0;
   int64_t adopted_commits = 0;  // commits whose private rows became the context's rows
   at::Tensor rope_cos, rope_sin;  // float32 [rows, head_dim / 2], grown on demand
+  // rope_cos and rope_sin grown to hold positions below `rows` (the model's tables).
+  void grow_rope(const LlamaModel& model, int64_t rows);
 
   ContextState& context(ContextId id);
   const ContextState& context(ContextId id) const;

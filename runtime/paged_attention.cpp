@@ -7,6 +7,7 @@
 #include "lorakv/cache/step_views.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/common/logging.h"
+#include "lorakv/runtime/eviction_scores.h"
 #include "lorakv/runtime/step_items.h"
 
 namespace lorakv::runtime {
@@ -25,9 +26,10 @@ kernels::ElementType element_type(const at::Tensor& t) {
 class PagedAttention final : public AttentionBackend {
  public:
   PagedAttention(cache::PagedKvCache& cache, const ModelConfig& c, std::vector<Item>& items, const at::Tensor& cos,
-                 const at::Tensor& sin, double scale, StepStats& stats, std::vector<ScoredSeq> scored)
+                 const at::Tensor& sin, double scale, StepStats& stats, std::vector<ScoredSeq> scored,
+                 std::vector<AnchoredSeq> anchored)
       : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale), stats_(stats), views_(cache),
-        scored_(std::move(scored)) {
+        scored_(std::move(scored)), anchored_(std::move(anchored)) {
     const log::Stopwatch watch;
     plan_step();
     stats_.views_seconds += watch.seconds();
@@ -36,6 +38,7 @@ class PagedAttention final : public AttentionBackend {
   void attend(const LayerAttentionInput& in, const StepPlan& plan) override {
     const log::Stopwatch write_watch;
     write_rows(in, plan);
+    if (!anchored_.empty()) add_queries(in, plan);
     stats_.write_seconds += write_watch.seconds();
     const log::Stopwatch views_watch;
     fill_layer(in, plan);
@@ -45,6 +48,9 @@ class PagedAttention final : public AttentionBackend {
     stats_.kernel_seconds += kernel_watch.seconds();
     if (mass_) add_scores(in.layer);
   }
+
+  // After the forward: the queries each anchored sequence's writer ran this step.
+  std::vector<AnchoredSeq>& anchored() { return anchored_; }
 
  private:
   // What an item reads, as StepViews ids.
@@ -198,6 +204,26 @@ class PagedAttention final : public AttentionBackend {
     }
   }
 
+  // The step's queries into the anchors they write (AnchoredSeq): each item writing an
+  // anchored sequence's rows adds its queries at positions >= the sinks, before RoPE.
+  void add_queries(const LayerAttentionInput& in, const StepPlan& plan) {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      const Item& it = items_[i];
+      if (it.base_from >= it.end) continue;
+      for (AnchoredSeq& a : anchored_) {
+        if (a.seq != it.write_seq) continue;
+        const int64_t from = std::max(it.base_from, a.sinks);
+        if (from >= it.end) break;
+        const int64_t off = plan.offsets[i] + from - it.start, n = it.end - from;
+        const at::Tensor q = unrotated(in.q.narrow(0, off, n), plan.positions.narrow(0, off, n), cos_, sin_);  // float32 [n, heads, D]
+        if (!a.step_sum.defined()) a.step_sum = at::zeros({c_.num_layers, c_.num_heads, c_.head_dim}, at::kFloat);
+        a.step_sum[in.layer].add_(q.sum(0));
+        if (in.layer == 0) a.step_count += n;
+        break;
+      }
+    }
+  }
+
   void write_rows(const LayerAttentionInput& in, const StepPlan& plan) {
     for (size_t i = 0; i < items_.size(); ++i) {
       const Item& it = items_[i];
@@ -291,6 +317,7 @@ class PagedAttention final : public AttentionBackend {
   std::vector<std::vector<float>> private_mass_;  // per agent in `order_` (unused: never evicted)
   std::vector<int64_t> private_mass_stride_;
   std::vector<float> lane_mass_;                // scratch: one lane's mass
+  std::vector<AnchoredSeq> anchored_;           // capkv's sequences, with this step's queries
 };
 
 }  // namespace
@@ -310,11 +337,7 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
     in.all_logits = it.all_logits;
     batch.push_back(std::move(in));
   }
-  if (!st.rope_cos.defined() || st.rope_cos.size(0) < max_end) {
-    int64_t rows = 1024;
-    while (rows < max_end) rows *= 2;
-    std::tie(st.rope_cos, st.rope_sin) = model.rope_half_tables(rows);
-  }
+  st.grow_rope(model, max_end);
   std::vector<ScoredSeq> scored;
   for (const auto& [id, c] : st.contexts) {
     if (!c.policy) continue;
@@ -327,10 +350,21 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
                                                          : ScoredSeq::Readers::kSum;
     for (SeqId seq : c.evictable_seqs()) scored.push_back({seq, window, how});
   }
+  // capkv's sequences that this step writes: their queries go into the context's anchor, once
+  // the forward has run (a step that throws adds none).
+  std::vector<AnchoredSeq> anchored;
+  for (auto& [id, c] : st.contexts) {
+    if (!c.needs_query_anchor()) continue;
+    for (SeqId seq : c.evictable_seqs()) {
+      const bool written = std::any_of(items.begin(), items.end(), [&](const Item& it) { return it.write_seq == seq && it.base_from < it.end; });
+      if (written) anchored.push_back({seq, c.options.eviction.sinks, c.query_anchor(seq), {}, 0});
+    }
+  }
   PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale(), result.stats,
-                         std::move(scored));
+                         std::move(scored), std::move(anchored));
   // Logits rows: every token of the items that asked for them, the last of the others.
   const at::Tensor logits = model.forward(batch, backend);
+  for (AnchoredSeq& a : backend.anchored()) a.anchor->add(a.step_sum, a.step_count);
 
   int64_t row = 0;
   for (const Item& it : items) {

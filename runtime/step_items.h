@@ -59,6 +59,17 @@ struct ScoredSeq {
   Readers readers = Readers::kSum;
 };
 
+// A sequence whose rows capkv governs and this step writes: the writer's queries at positions
+// >= sinks, before RoPE, summed per layer and query head into step_sum, then into `anchor`
+// after the forward.
+struct AnchoredSeq {
+  SeqId seq;
+  int64_t sinks = 0;
+  QueryAnchor* anchor = nullptr;
+  at::Tensor step_sum;     // float32 [layers, heads, head_dim]; undefined until a query is added
+  int64_t step_count = 0;  // queries added (counted at layer 0)
+};
+
 // The kernel also returns each shared row's attention mass, summed over readers, and adds
 // it to the row's score, for every read of a sequence a scoring policy governs.
 void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,

@@ -27,7 +27,7 @@ one forward: a press only reads its hook's arguments, and the prefill's attentio
 see what it keeps. It writes, per press, ratio, layer and KV head, the kept positions as
 kvpress's own output shows them (each kept key row found among the layer's keys, or for
 AdaKVPress the rows it did not mask, so no kvpress logic is redone here), and
-ObservedAttentionPress's and SnapKVPress's scores per layer and KV head.
+ObservedAttentionPress's, SnapKVPress's and CapPress's scores per layer and KV head.
 tests/cli/kvpress_parity_test.cpp runs the same tokens through lorakv.
 
 kvpress pins transformers < 5.3 while the test environment has a newer one: run this with
@@ -53,7 +53,7 @@ import llama_cpp
 try:
     import kvpress
     import transformers
-    from kvpress import AdaKVPress, ObservedAttentionPress, PyramidKVPress, SnapKVPress, StreamingLLMPress
+    from kvpress import AdaKVPress, CapPress, ObservedAttentionPress, PyramidKVPress, SnapKVPress, StreamingLLMPress
     from kvpress.utils import compute_n_kept
     from transformers import AutoModelForCausalLM, DynamicCache
 except ImportError as e:
@@ -73,6 +73,10 @@ PYRAMID_BETAS = (20, 5)
 # KV head to its safeguard alone in 1 of the 90 at ratio 0.5 and in none at 0.75, and 0.5,
 # which does in several.
 ADAKV_ALPHAS = (0.2, 0.5)
+# CapPress's defaults (lorakv's capkv_tau and capkv_future_positions); its n_sink is
+# StreamingLLM's 4, lorakv's default `sinks`.
+CAPKV_TAU = 5.0
+CAPKV_FUTURE_POSITIONS = 512
 
 
 def make_press(name: str, ratio: float):
@@ -81,6 +85,8 @@ def make_press(name: str, ratio: float):
         return StreamingLLMPress(compression_ratio=ratio, n_sink=N_SINK)
     if name == "observed_attention":
         return ObservedAttentionPress(compression_ratio=ratio)
+    if name == "capkv":
+        return CapPress(compression_ratio=ratio, tau=CAPKV_TAU, n_future_positions=CAPKV_FUTURE_POSITIONS, n_sink=N_SINK)
     if name.startswith("pyramidkv_beta"):
         return PyramidKVPress(compression_ratio=ratio, window_size=SNAPKV_WINDOW, kernel_size=SNAPKV_KERNEL,
                               beta=int(name[len("pyramidkv_beta"):]))
@@ -91,8 +97,8 @@ def make_press(name: str, ratio: float):
 
 
 PRESSES = ("streaming_llm", "observed_attention", "snapkv", *(f"pyramidkv_beta{b}" for b in PYRAMID_BETAS),
-           *(f"adakv_alpha{a}" for a in ADAKV_ALPHAS))
-SCORED = ("observed_attention", "snapkv")  # whose scores the test reads (independent of the ratio)
+           *(f"adakv_alpha{a}" for a in ADAKV_ALPHAS), "capkv")
+SCORED = ("observed_attention", "snapkv", "capkv")  # whose scores the test reads (independent of the ratio)
 
 
 class NotEager:
@@ -211,6 +217,8 @@ def press_entry(name: str, ratio: float, press_kept: list, n: int) -> dict:
             entry["n_sink"] = N_SINK
         if name == "snapkv":
             entry.update(window_size=SNAPKV_WINDOW, kernel_size=SNAPKV_KERNEL)
+        if name == "capkv":
+            entry.update(tau=CAPKV_TAU, n_future_positions=CAPKV_FUTURE_POSITIONS, n_sink=N_SINK)
     print(f"kvpress_oracle: {name} ratio {ratio}: keeps {shape} of {n}", file=sys.stderr)
     return entry
 
@@ -259,6 +267,7 @@ def main() -> int:
     # Per layer, KV head and position, as each press's score() returns them.
     result["observed_attention_scores"] = scores["observed_attention"]
     result["snapkv_scores"] = scores["snapkv"]
+    result["capkv_scores"] = scores["capkv"]
 
     with open(args.out + ".partial", "w") as f:
         json.dump(result, f)

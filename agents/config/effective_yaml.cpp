@@ -126,6 +126,8 @@ void print_runtime(Printer& p, const SessionConfig& c) {
   p.plain("pyramid_beta", number_text(e.pyramid_beta));
   p.plain("head_floor", number_text(e.head_floor));
   p.number("leverage_rank", e.leverage_rank);
+  p.plain("capkv_tau", number_text(e.capkv_tau));
+  p.number("capkv_future_positions", e.capkv_future_positions);
   p.end();
   p.end();
 }

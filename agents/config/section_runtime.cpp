@@ -89,20 +89,26 @@ void read_layer_budgets(const ConfigReader& r, const Field& f, cache::eviction::
   if (e.layer_weights.empty()) r.fail(f.node.mark, f.path, "the list of layer weights is empty", "one weight per layer, e.g. [1, 1, 2]");
 }
 
-// The policies' own keys: scoring, the per-layer and per-head budgets, leverage's rank.
+// The policies' own keys: scoring, the per-layer and per-head budgets, leverage's rank, capkv's.
 void read_policy_keys(const ConfigReader& r, const MapReader& ev, cache::eviction::EvictionConfig& e) {
   if (ev.has("scoring")) e.scoring = read_choice(r, ev.get("scoring"), cache::eviction::scoring_names());
   if (ev.has("layer_budgets")) read_layer_budgets(r, ev.get("layer_budgets"), e);
   if (ev.has("pyramid_beta")) e.pyramid_beta = read_number(r, ev.get("pyramid_beta"), 1, 1e6, false, "the pyramid's steepness, >= 1");
   if (ev.has("head_floor")) e.head_floor = read_number(r, ev.get("head_floor"), 0, 1, false, "a share of a head's budget, in [0, 1]");
   if (ev.has("leverage_rank")) e.leverage_rank = read_int(r, ev.get("leverage_rank"), 1, 1 << 16, "directions of the keys kept, >= 1");
+  if (ev.has("capkv_tau")) e.capkv_tau = read_number(r, ev.get("capkv_tau"), 0, 1e6, false, "capkv's temperature, >= 0");
+  if (ev.has("capkv_future_positions")) {
+    e.capkv_future_positions =
+        read_int(r, ev.get("capkv_future_positions"), 1, 1 << 20, "positions the anchor's RoPE averages over, >= 1");
+  }
 }
 
 // `cache.eviction`: a budget in tokens (a whole number) or as a share of the trajectory (a
 // number with a point, in (0, 1]); the policy needs one, and a budget needs a policy.
 void read_eviction(const ConfigReader& r, const Field& field, cache::eviction::EvictionConfig& e) {
   const MapReader ev(r, field,
-                     {"policy", "budget", "sinks", "window", "scoring", "layer_budgets", "pyramid_beta", "head_floor", "leverage_rank"});
+                     {"policy", "budget", "sinks", "window", "scoring", "layer_budgets", "pyramid_beta", "head_floor", "leverage_rank",
+                      "capkv_tau", "capkv_future_positions"});
   if (ev.has("policy")) e.policy = read_choice(r, ev.get("policy"), cache::eviction::policy_names());
   if (ev.has("budget")) {
     const Field budget = ev.get("budget");

@@ -9,7 +9,8 @@
 namespace lorakv::cache::eviction {
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names{"none", "streaming_llm", "h2o", "snapkv", "pyramidkv", "adakv", "leverage"};
+  static const std::vector<std::string> names{"none",      "streaming_llm", "h2o",   "snapkv",
+                                                "pyramidkv", "adakv",         "leverage", "capkv"};
   return names;
 }
 
@@ -82,6 +83,14 @@ void check_rows(const EvictionConfig& c, const std::string& where) {
 
 void check_scoring(const EvictionConfig& c, const std::string& where) {
   check_choice(c.scoring, scoring_names(), where + ".scoring", "scoring");
+  if (c.policy == "capkv") {
+    // Its anchor is one mean query: the work writing the rows, as kvpress's prompt.
+    if (c.scoring != "auto" && c.scoring != "writer") {
+      throw ConfigError("capkv's anchor is the mean query of the work writing the rows; other readers' queries do not enter it",
+                        {"", where + ".scoring", "auto or writer", c.scoring, ""});
+    }
+    return;
+  }
   if (c.scoring != "auto" && c.enabled() && !scores_by_mass(c.policy)) {
     throw ConfigError("policy " + c.policy + " does not score rows by attention mass",
                       {"", where + ".scoring", "auto", c.scoring, "scoring applies to h2o, snapkv, pyramidkv and adakv"});
@@ -120,6 +129,18 @@ void check_head_floor_and_rank(const EvictionConfig& c, const std::string& where
   }
 }
 
+void check_capkv(const EvictionConfig& c, const std::string& where) {
+  if (!(c.capkv_tau >= 0) || !std::isfinite(c.capkv_tau)) {
+    throw ConfigError("capkv's temperature weighs rows by exp(tau * cosine); it cannot be negative",
+                      {"", where + ".capkv_tau", ">= 0 (CapKV uses 5)", std::to_string(c.capkv_tau), ""});
+  }
+  if (c.capkv_future_positions < 1 || c.capkv_future_positions > (int64_t{1} << 20)) {
+    throw ConfigError("capkv averages its anchor's RoPE over at least one future position",
+                      {"", where + ".capkv_future_positions", "in 1..1048576 (CapKV uses 512)",
+                       std::to_string(c.capkv_future_positions), ""});
+  }
+}
+
 }  // namespace
 
 int64_t EvictionConfig::budget_rows(int64_t tokens) const {
@@ -130,7 +151,7 @@ int64_t EvictionConfig::budget_rows(int64_t tokens) const {
 
 std::string EvictionConfig::resolved_scoring() const {
   if (scoring != "auto") return scoring;
-  return observes_a_window(policy) ? "writer" : "sum";
+  return observes_a_window(policy) || policy == "capkv" ? "writer" : "sum";
 }
 
 void EvictionConfig::check(const std::string& where) const {
@@ -140,6 +161,7 @@ void EvictionConfig::check(const std::string& where) const {
   check_scoring(*this, where);
   check_layer_budgets(*this, where);
   check_head_floor_and_rank(*this, where);
+  check_capkv(*this, where);
 }
 
 }  // namespace lorakv::cache::eviction

@@ -21,7 +21,8 @@ struct EvictionConfig {
   std::vector<std::pair<int64_t, int64_t>> protected_spans;  // [begin, end) positions never evicted
   // Whose attention mass scores a shared row: "sum" of every reader's, "max" over readers,
   // or the "writer"'s alone (the work writing the rows); "auto": sum for h2o, writer for the
-  // snapkv family (SnapKV observes the prompt's own queries).
+  // snapkv family (SnapKV observes the prompt's own queries) and capkv (whose anchor is the
+  // writer's mean query; capkv takes only auto or writer).
   std::string scoring = "auto";
   // pyramidkv's per-layer budgets: "pyramid" (PyramidKV's linear decline, steepness
   // pyramid_beta), "flat", or "list" (layer_weights: one weight per layer, scaled so the
@@ -31,6 +32,8 @@ struct EvictionConfig {
   double pyramid_beta = 20;
   double head_floor = 0.2;       // adakv: each KV head keeps at least this share of the per-head budget
   int64_t leverage_rank = 8;     // leverage: the top eigen-directions of the keys' second moment
+  double capkv_tau = 5;          // capkv: sharpness of the query-key weights exp(tau * cos)
+  int64_t capkv_future_positions = 512;  // capkv: positions after the context its anchor's RoPE averages over
 
   bool enabled() const { return policy != "none"; }
   // Rows a lane may keep when the context holds `tokens` positions; -1: unlimited.

@@ -65,6 +65,7 @@ std::unique_ptr<EvictionPolicy> make_policy(const EvictionConfig& config) {
   if (config.policy == "pyramidkv") return std::make_unique<PyramidKvPolicy>(config);
   if (config.policy == "adakv") return std::make_unique<AdaKvPolicy>(config);
   if (config.policy == "leverage") return std::make_unique<LeveragePolicy>(config);
+  if (config.policy == "capkv") return std::make_unique<CapKvPolicy>(config);
   return nullptr;
 }
 

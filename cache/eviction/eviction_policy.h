@@ -25,6 +25,8 @@ enum class ScoreSource : uint8_t {
   kObservationMass,   // mass from the newest `window` queries of the last step that wrote rows,
                       // taken afresh at each such step (the snapkv family)
   kKeys,              // computed at eviction from the lane's keys (leverage)
+  kKeysValuesQueries, // computed at eviction from the lane's keys and values and the mean query
+                      // of the work that wrote the rows, summed as it runs (capkv)
 };
 
 // One lane's live rows, in row order (positions ascend).

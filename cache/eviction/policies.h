@@ -102,4 +102,22 @@ class LeveragePolicy final : public EvictionPolicy {
                               int64_t room) const override;
 };
 
+// CapKV (arXiv 2604.25975) as kvpress's CapPress scores it: per query head h, with the
+// anchor mu_h (the mean query of the prompt, rotated by the RoPE averaged over the next
+// `capkv_future_positions` positions), row i's weight w_i = exp(tau cos(mu_h, k_i) - max),
+// A = I + sum_j (w_j + 1e-6) v_j v_j^T over the rows after the sinks, and the score
+// w_i v_i^T A^-1 v_i (how much new output direction the row adds, weighted by how likely it
+// is to be attended), averaged over the query heads of a KV head and summed over the lane's
+// KV heads. The engine computes the scores when it evicts (runtime/eviction_scores.h);
+// capkv.cpp lists the departures from the paper and from kvpress.
+class CapKvPolicy final : public EvictionPolicy {
+ public:
+  using EvictionPolicy::EvictionPolicy;
+  ScoreSource score_source() const override { return ScoreSource::kKeysValuesQueries; }
+
+ protected:
+  std::vector<int64_t> choose(const LaneCandidates& lane, const std::vector<int64_t>& candidates,
+                              int64_t room) const override;
+};
+
 }  // namespace lorakv::cache::eviction

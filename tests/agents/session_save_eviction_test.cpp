@@ -89,6 +89,31 @@ TEST(SessionSaveEviction, AnEvictingSessionRestoresAndContinuesAlike) {
   }
 }
 
+// capkv's anchor (every query its rows' writer ran) goes into the file beside the rows; the
+// restored session evicts with it as the original does.
+TEST(SessionSaveEviction, ACapKvSessionCarriesItsQueryAnchor) {
+  Runtime rt(testing::scenario_options(model()));
+  testing::load_scenario_adapters(rt, adapter_set("all_linear"));
+  SessionOptions o = evicting(SharingMode::kFull);
+  o.eviction.policy = "capkv";
+  auto original = testing::scenario_session(rt, o);
+  const std::string path = lorakv::testing::temp_path("evicting_capkv");
+  original->save(path);
+  const SessionFile saved = read_session(path);
+  EXPECT_EQ(saved.options.eviction.policy, "capkv");
+  EXPECT_EQ(saved.options.eviction.capkv_tau, 5);
+  EXPECT_EQ(saved.options.eviction.capkv_future_positions, 512);
+  const runtime::SequenceRows& rows = *saved.rows.own[0];
+  EXPECT_LT(rows.lanes[0].positions.size(), rows.tokens.size()) << "nothing was evicted: the test would not see it";
+  ASSERT_TRUE(rows.query_sum.defined());
+  EXPECT_EQ(rows.query_sum.dim(), 3);
+  EXPECT_GT(rows.query_count, 0);
+  EXPECT_GT(rows.query_sum.abs().sum().item<double>(), 0);
+  auto restored = rt.restore_session(path);
+  expect_same_continuation(*original, *restored);
+  expect_same_continuation(*original, *restored);
+}
+
 TEST(SessionSaveEviction, WithoutAPolicyTheFileIsVersionOneAndRestoresWithNone) {
   Runtime rt(testing::scenario_options(model()));
   testing::load_scenario_adapters(rt, adapter_set("all_linear"));

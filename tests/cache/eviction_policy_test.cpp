@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "lorakv/common/errors.h"
 
 namespace lorakv::cache::eviction {
@@ -226,6 +228,50 @@ TEST(EvictionPolicy, LeverageKeepsTheHighestKeyScores) {
   EXPECT_EQ(p->score_source(), ScoreSource::kKeys);
   const LaneCandidates l = lane({0, 1, 2, 3, 4, 5}, {0, 0.9f, 0.1f, 0.8f, 0.2f, 0});
   EXPECT_EQ(p->keep(l, 4), (Rows{0, 1, 3, 5})) << "sink 0, window 5, then rows 1 and 3";
+}
+
+// capkv's scores come from the engine (runtime/eviction_scores.h); the policy keeps the
+// protected rows (sinks, window, spans) and then the highest scores, ties to the newer row.
+TEST(EvictionPolicy, CapKvKeepsTheHighestCapacityScoresBeyondProtectedRows) {
+  EvictionConfig c = config("capkv", 2, 1);
+  c.protected_spans = {{4, 5}};
+  const auto p = make_policy(c);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->score_source(), ScoreSource::kKeysValuesQueries);
+  EXPECT_TRUE(p->needs_scores());
+  // Sinks 0, 1 score highest (as the engine pads them) but are protected anyway; the window
+  // row 7 and the span's row 4 score 0 and stay.
+  const LaneCandidates l = lane({0, 1, 2, 3, 4, 5, 6, 7}, {9, 9, 0.3f, 0.7f, 0, 0.5f, 0.5f, 0});
+  // Protected: 0, 1, 4, 7. Room 2 among rows 2, 3, 5, 6: row 3 (0.7), then the tie 0.5
+  // between 5 and 6 goes to the newer row 6.
+  EXPECT_EQ(p->keep(l, 6), (Rows{0, 1, 3, 4, 6, 7}));
+  EXPECT_EQ(p->keep(l, 3), (Rows{0, 1, 4, 7})) << "protected rows alone exceed the budget";
+  EXPECT_EQ(p->keep(l, 8).size(), 8u);
+}
+
+TEST(EvictionPolicy, BadCapKvKeysAreRefusedByName) {
+  EvictionConfig c = config("capkv", 4, 0);
+  EXPECT_EQ(refused_key(c), "(accepted)") << "capkv needs no window";
+  EXPECT_EQ(c.resolved_scoring(), "writer") << "its anchor is the writer's mean query";
+  c.scoring = "writer";
+  EXPECT_EQ(refused_key(c), "(accepted)");
+  for (const char* scoring : {"sum", "max"}) {
+    c.scoring = scoring;
+    EXPECT_EQ(refused_key(c), "cache.eviction.scoring") << scoring << ": one anchor, the writer's";
+  }
+  c = config("capkv", 4, 0);
+  c.capkv_tau = -1;
+  EXPECT_EQ(refused_key(c), "cache.eviction.capkv_tau");
+  c.capkv_tau = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(refused_key(c), "cache.eviction.capkv_tau");
+  c.capkv_tau = 0;
+  EXPECT_EQ(refused_key(c), "(accepted)") << "tau 0: every row weighted alike";
+  c.capkv_future_positions = 0;
+  EXPECT_EQ(refused_key(c), "cache.eviction.capkv_future_positions");
+  c.capkv_future_positions = (int64_t{1} << 20) + 1;
+  EXPECT_EQ(refused_key(c), "cache.eviction.capkv_future_positions");
+  EXPECT_EQ(EvictionConfig{}.capkv_tau, 5);
+  EXPECT_EQ(EvictionConfig{}.capkv_future_positions, 512);
 }
 
 }  // namespace

@@ -105,6 +105,15 @@ TEST(EvictionFlags, ThePoliciesOwnKeys) {
   EXPECT_EQ(error_key({"--policy", "adakv", "--budget", "64", "--head-floor", "2"}), "--head-floor");
   EXPECT_EQ(error_key({"--policy", "leverage", "--budget", "64", "--leverage-rank", "0"}), "--leverage-rank");
   EXPECT_EQ(error_key({"--scoring", "max"}), "--scoring") << "a policy's key without a policy";
+  const cache::eviction::EvictionConfig cap =
+      parse({"--policy", "capkv", "--budget", "64", "--capkv-tau", "2.5", "--capkv-future-positions", "64"});
+  EXPECT_DOUBLE_EQ(cap.capkv_tau, 2.5);
+  EXPECT_EQ(cap.capkv_future_positions, 64);
+  EXPECT_EQ(describe_eviction(cap), "capkv, budget 64 tokens, sinks 4, window 16, scoring writer, tau 2.5, 64 future positions");
+  EXPECT_EQ(error_key({"--policy", "capkv", "--budget", "64", "--capkv-tau", "-1"}), "--capkv-tau");
+  EXPECT_EQ(error_key({"--policy", "capkv", "--budget", "64", "--capkv-future-positions", "0"}), "--capkv-future-positions");
+  EXPECT_EQ(error_key({"--policy", "capkv", "--budget", "64", "--scoring", "sum"}), "--scoring");
+  EXPECT_EQ(error_key({"--capkv-tau", "3"}), "--capkv-tau") << "a policy's key without a policy";
 }
 
 using Windows = std::vector<std::pair<int64_t, int64_t>>;

@@ -200,6 +200,10 @@ TEST_F(CacheSectionTest, EvictionPolicyKeysLandInTheStruct) {
   const SessionConfig lev = load("model: model.gguf\ncache:\n  eviction: {policy: leverage, budget: 64, leverage_rank: 4}\n" + rest);
   EXPECT_EQ(lev.cache.eviction.leverage_rank, 4);
   EXPECT_EQ(lev.cache.eviction.scoring, "auto") << "default";
+  const SessionConfig cap = load("model: model.gguf\ncache:\n  eviction: {policy: capkv, budget: 64, capkv_tau: 2.5, "
+                                 "capkv_future_positions: 64}\n" + rest);
+  EXPECT_EQ(cap.cache.eviction.capkv_tau, 2.5);
+  EXPECT_EQ(cap.cache.eviction.capkv_future_positions, 64);
 }
 
 TEST_F(CacheSectionTest, EvictionPolicyKeyRefusals) {
@@ -217,6 +221,10 @@ TEST_F(CacheSectionTest, EvictionPolicyKeyRefusals) {
   expect_error(head + "    policy: pyramidkv\n    pyramid_beta: 0.5\n" + rest, {"session.yaml:6:19", "[cache.eviction.pyramid_beta]"});
   expect_error(head + "    policy: adakv\n    head_floor: 2\n" + rest, {"session.yaml:6:17", "[cache.eviction.head_floor]"});
   expect_error(head + "    policy: leverage\n    leverage_rank: 0\n" + rest, {"session.yaml:6:20", "[cache.eviction.leverage_rank]"});
+  expect_error(head + "    policy: capkv\n    capkv_tau: -1\n" + rest, {"session.yaml:6:16", "[cache.eviction.capkv_tau]"});
+  expect_error(head + "    policy: capkv\n    capkv_future_positions: 0\n" + rest,
+               {"session.yaml:6:29", "[cache.eviction.capkv_future_positions]"});
+  expect_error(head + "    policy: capkv\n    scoring: sum\n" + rest, {"[cache.eviction.scoring]", "capkv's anchor"});
 }
 
 TEST_F(OutputSectionTest, ValuesLandInTheStruct) {
