@@ -167,6 +167,15 @@ Adapter::Adapter(std::string name, std::string source, AdapterFormat format, Bas
   identity_ = AdapterIdentity{h.finish()};
 }
 
+int64_t Adapter::find_invocation(const std::vector<int32_t>& tokens) const {
+  if (invocation_tokens_.empty()) return -1;
+  const auto n = static_cast<int64_t>(tokens.size()), k = static_cast<int64_t>(invocation_tokens_.size());
+  for (int64_t i = n - k; i >= 0; --i) {
+    if (std::equal(invocation_tokens_.begin(), invocation_tokens_.end(), tokens.begin() + i)) return i;
+  }
+  return -1;
+}
+
 std::string Adapter::invocation_tokens_file() const {
   return format_ == AdapterFormat::kPeft ? source_ + "/adapter_config.json" : source_;
 }

@@ -20,9 +20,9 @@
 // the invocation tokens included; positions before it run the base model alone. With no
 // occurrence the adapter adapts nothing. PEFT's generate searches the prompt once: found,
 // every generated token is adapted too; not found, none is, even if the reply later holds
-// the sequence (get_alora_offsets_for_generate). lorakv loads such adapters and keeps the
-// tokens, but the runtime does not apply this rule yet: LlamaModel::check_adapter refuses
-// them, so one is never run as a standard LoRA (which would adapt every position).
+// the sequence (get_alora_offsets_for_generate). lorakv's engine applies it to a reader's
+// private work (runtime/engine.h); everywhere else LlamaModel::check_adapter refuses such an
+// adapter, so one is never run as a standard LoRA (which would adapt every position).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -114,6 +114,9 @@ class Adapter {
   // The file that holds the invocation tokens (adapter_config.json in a PEFT directory, or
   // the GGUF file), for messages with invocation_tokens_key(format()).
   std::string invocation_tokens_file() const;
+  // Index in `tokens` of the last occurrence of the whole invocation sequence (where the
+  // adapted span begins), or -1: none, or a standard LoRA.
+  int64_t find_invocation(const std::vector<int32_t>& tokens) const;
 
  private:
   std::string name_, source_;

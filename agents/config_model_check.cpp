@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "lorakv/adapters/adapter_loader.h"
+#include "lorakv/agents/alora_turn.h"
 #include "lorakv/agents/chat_layout.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/formats/gguf_file.h"
@@ -88,14 +89,21 @@ std::vector<std::shared_ptr<const adapters::Adapter>> load_adapters(const Sessio
 }
 
 // The agents join one session in file order; each is checked against those before it,
-// exactly as the engine checks a reader joining a context.
-void check_sharing_mode(const SessionConfig& c, const std::vector<std::shared_ptr<const adapters::Adapter>>& loaded) {
+// exactly as the engine checks a reader joining a context, and an aLoRA agent's turn must
+// invoke its adapter (agents/alora_turn.h).
+void check_sharing_mode(const SessionConfig& c, const std::vector<std::shared_ptr<const adapters::Adapter>>& loaded,
+                        const ChatLayout& layout) {
   const runtime::SharingMode mode = *runtime::parse_sharing_mode(c.cache.mode);
   std::vector<const adapters::Adapter*> earlier;
   for (const config::AgentSection& agent : c.agents) {
     const adapters::Adapter* adapter = nullptr;
     for (size_t i = 0; i < c.adapters.size(); ++i) {
       if (c.adapters[i].name == agent.adapter) adapter = loaded[i].get();
+    }
+    try {
+      if (adapter) check_turn_invokes(layout, agent.name, agent.private_instruction(), *adapter);
+    } catch (const Error& e) {
+      throw c.error_at("agents." + agent.name + ".adapter", e.what(), e.context().hint);
     }
     try {
       runtime::check_reader(mode, adapter, earlier);
@@ -114,7 +122,7 @@ ConfigModelReport check_config_against_model(const SessionConfig& c) {
   const ModelHeader header = read_model_header(c);
   check_turn_headers(c, *header.tokenizer);
   const std::vector<std::shared_ptr<const adapters::Adapter>> loaded = load_adapters(c, adapter_shape(header.config));
-  check_sharing_mode(c, loaded);
+  check_sharing_mode(c, loaded, ChatLayout(*header.tokenizer));
   ConfigModelReport report;
   report.architecture = header.config.architecture;
   report.model_name = header.config.name;

@@ -2,6 +2,7 @@
 // post), where the session's state lives.
 #include "lorakv/agents/session.h"
 
+#include "lorakv/agents/alora_turn.h"
 #include "lorakv/agents/runtime_core.h"
 #include "lorakv/agents/session_file.h"
 #include "lorakv/common/atomic_file.h"
@@ -51,6 +52,7 @@ void Session::add_agent(const AgentOptions& agent) {
                                       {"", agent.adapter, core.loaded_adapters(), "", "load it with Runtime::load_adapter"});
           }
         }
+        if (adapter) check_turn_invokes(*core.layout, agent.name, agent.instruction, *adapter);
         const int32_t index = core.engine->add_reader(s.context, adapter);  // checks the mode can serve it
         s.agents[agent.name] =
             AgentState{agent, {s.context, index}, adapter ? adapter->identity() : AdapterIdentity::base_model(), false};

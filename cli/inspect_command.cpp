@@ -242,8 +242,8 @@ void print_activation(std::ostream& out, const std::function<std::vector<int32_t
     row(out, "activation", "standard LoRA (every token)");
     return;
   }
-  row(out, "activation", "activated LoRA (aLoRA): from the last occurrence of its invocation tokens on; loads, "
-                         "but lorakv does not run it yet");
+  row(out, "activation", "activated LoRA (aLoRA): from the last occurrence of its invocation tokens on; its "
+                         "context rows are base rows");
   std::string list = "[";
   for (size_t i = 0; i < ids.size(); ++i) list += (i ? ", " : "") + std::to_string(ids[i]);
   row(out, "invocation tokens", list + "] (" + std::to_string(ids.size()) + ")");

@@ -120,6 +120,11 @@ cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype) {
 }
 
 cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype) {
+  if (!reader.context_adapter()) return cache::ContentKey::base(dtype);
+  return cache::ContentKey::base_with_adapter(dtype, reader.identity);
+}
+
+cache::ContentKey private_key(const ReaderState& reader, cache::StorageDtype dtype) {
   if (!reader.adapter) return cache::ContentKey::base(dtype);
   return cache::ContentKey::base_with_adapter(dtype, reader.identity);
 }
@@ -225,35 +230,37 @@ ContextId Engine::create_context(ContextOptions options,
 
 int32_t Engine::add_reader(ContextId context, std::shared_ptr<const adapters::Adapter> adapter) {
   ContextState& c = state_->context(context);
+  // The context adapters (null for the base model and aLoRA readers, whose context is the
+  // base model's) are what a mode must serve: an aLoRA's private rows are full rows.
   std::vector<const adapters::Adapter*> others;
   for (const ReaderState& r : c.readers) {
-    if (!r.left) others.push_back(r.adapter.get());
+    if (!r.left) others.push_back(r.context_adapter());
   }
-  // Refuses an activated LoRA too (ConfigError naming it): the engine does not apply its
-  // activation rule yet, and must never run one as a standard LoRA.
-  if (adapter) model_.check_adapter(*adapter);
-  check_reader(c.options.mode, adapter.get(), others);
+  if (adapter) model_.check_adapter(*adapter, /*activation_applied=*/true);  // engine_step.cpp applies it
 
   const ModelConfig& mc = model_.config();
   const cache::StorageDtype dtype = cache_->manager().config().dtype;
   ReaderState r;
   r.adapter = adapter;
   r.identity = adapter ? adapter->identity() : AdapterIdentity::base_model();
-  if (c.options.mode == SharingMode::kBaseShared && adapter) {
+  check_reader(c.options.mode, r.context_adapter(), others);
+  // The adapter whose residual rows the reader reads (none for an aLoRA reader).
+  const adapters::Adapter* residual = r.context_adapter();
+  if (c.options.mode == SharingMode::kBaseShared && residual) {
     for (adapters::ModuleId m : kCachedModules) {
-      if (!adapts(adapter.get(), m)) continue;
-      r.streams.push_back(make_stream(mc, m, *adapter, cache::ContentKey::residual(stream_kind(m), dtype, r.identity),
-                                      adapter.get()));
+      if (!adapts(residual, m)) continue;
+      r.streams.push_back(make_stream(mc, m, *residual, cache::ContentKey::residual(stream_kind(m), dtype, r.identity),
+                                      residual));
     }
   }
-  if (c.options.mode == SharingMode::kBaseLrShared && adapter) {
+  if (c.options.mode == SharingMode::kBaseLrShared && residual) {
     for (adapters::ModuleId m : kCachedModules) {
-      if (!adapts(adapter.get(), m)) continue;
-      const cache::ContentKey key = cache::ContentKey::residual(stream_kind(m), dtype, group_identity(m, *adapter));
+      if (!adapts(residual, m)) continue;
+      const cache::ContentKey key = cache::ContentKey::residual(stream_kind(m), dtype, group_identity(m, *residual));
       const bool known = std::any_of(c.group_streams.begin(), c.group_streams.end(),
                                      [&](const ReaderStream& g) { return g.key == key; });
-      if (!known) c.group_streams.push_back(make_stream(mc, m, *adapter, key, nullptr));
-      r.streams.push_back(make_stream(mc, m, *adapter, key, adapter.get()));
+      if (!known) c.group_streams.push_back(make_stream(mc, m, *residual, key, nullptr));
+      r.streams.push_back(make_stream(mc, m, *residual, key, residual));
     }
   }
   for (const ReaderStream& s : r.streams) {
@@ -359,6 +366,8 @@ SeqId Engine::adoption_target(const ContextState& c, const ReaderState& r) const
   if (c.options.mode == SharingMode::kFullShared && c.options.writer == SharedWriter::kFirst) target = c.shared_seq;
   const auto n = static_cast<int64_t>(c.tokens.size());
   if (!target.valid() || !r.private_seq.valid() || r.private_after != n) return SeqId();
+  // An aLoRA reader's private rows hold the adapter's K/V; its context rows are base rows.
+  if (r.activated()) return SeqId();
   const cache::SequenceState& t = cache_->manager().sequence(target);
   if (static_cast<int64_t>(t.tokens.size()) != n || !t.residuals.empty()) return SeqId();
   return target;
@@ -374,6 +383,7 @@ int64_t Engine::commit_private(ReaderRef reader) {
     r.private_seq = SeqId();  // released by adopt_suffix
     r.private_tokens.clear();
     r.private_after = 0;
+    r.active_from = -1;
     ++state_->adopted_commits;
     return static_cast<int64_t>(tokens.size());
   }
@@ -388,6 +398,7 @@ void Engine::drop_private(ReaderRef reader) {
   r.private_seq = SeqId();
   r.private_tokens.clear();
   r.private_after = 0;
+  r.active_from = -1;
 }
 
 const std::vector<int32_t>& Engine::context_tokens(ContextId context) const { return state_->context(context).tokens; }

@@ -47,7 +47,17 @@ struct ReaderState {
   int64_t private_after = 0;
   std::vector<int32_t> private_tokens;
   QueryAnchor own_anchor;  // capkv in full: the queries that wrote own_seq
+  // An activated LoRA reader (aLoRA): the position where its adapted span begins, the last
+  // occurrence of its invocation tokens in its first private work; -1 before that work.
+  int64_t active_from = -1;
   bool left = false;  // remove_reader ran: every field above is empty
+
+  // An aLoRA reader's context is the base model's: it processes context tokens with the base
+  // weights, writes and reads base rows (keyed as the base model's, so other contexts' base
+  // readers share them), keeps no residual rows; only its private work uses the adapter.
+  bool activated() const { return adapter && adapter->activated(); }
+  const adapters::Adapter* context_adapter() const { return activated() ? nullptr : adapter.get(); }
+  AdapterIdentity context_identity() const { return activated() ? AdapterIdentity::base_model() : identity; }
 };
 
 struct ContextState {
@@ -91,7 +101,8 @@ void check_eviction_fits(const cache::eviction::EvictionConfig& eviction, const 
 
 // Content keys and writer filters of the modes (engine.cpp).
 cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype);
-cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype);
+cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype);  // context rows (full)
+cache::ContentKey private_key(const ReaderState& reader, cache::StorageDtype dtype);   // private rows
 cache::WriterFilter shared_writer_filter(SharedWriter writer);
 
 }  // namespace lorakv::runtime

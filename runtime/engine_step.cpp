@@ -65,7 +65,7 @@ std::optional<NewSequence> sequence_to_create(cache::StorageDtype dtype, Context
   if (c.options.mode == SharingMode::kFull) {
     if (r.own_seq.valid()) return std::nullopt;
     cache::WriterFilter f;
-    f.required = r.identity;
+    f.required = r.context_identity();
     return NewSequence{&r.own_seq, own_base_key(r, dtype), f};
   }
   if (c.shared_seq.valid()) return std::nullopt;
@@ -154,7 +154,7 @@ std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const Cont
   if (mode == SharingMode::kFull) {
     const int64_t w = rows_of(cache, r.own_seq);
     if (w >= n) return items;
-    Item it = context_item(r.adapter.get(), r.identity, w, std::min(n, w + chunk));
+    Item it = context_item(r.context_adapter(), r.context_identity(), w, std::min(n, w + chunk));
     it.write_seq = it.read_seq = r.own_seq;
     it.base_from = w;
     items.push_back(std::move(it));
@@ -195,7 +195,7 @@ std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const Cont
   }
   const int64_t limit = reader_writes_base ? n : base_end;
   if (start >= limit) return items;
-  Item it = context_item(r.adapter.get(), r.identity, start, std::min(limit, start + chunk));
+  Item it = context_item(r.context_adapter(), r.context_identity(), start, std::min(limit, start + chunk));
   it.write_seq = it.read_seq = c.shared_seq;
   if (reader_writes_base && w < it.end) it.base_from = w;
   if (reader_fills) {
@@ -217,8 +217,12 @@ cache::AppendRequest append_request(const Item& it) {
   return req;
 }
 
-// The private item of a kPrivate work entry: its tokens after the reader's private rows.
-Item plan_private_work(const ContextState& c, ReaderState& r, size_t work, const StepWork& w) {
+// The private items of a kPrivate work entry: its tokens after the reader's private rows.
+// One item, or for an aLoRA reader whose first private work holds its invocation after
+// other tokens (an instruction), two: the tokens before it with the base weights, then the
+// adapted span. Its first private work sets where the span begins (validate_work checked
+// that the invocation is there); every later private token is adapted.
+std::vector<Item> plan_private_work(const ContextState& c, ReaderState& r, size_t work, const StepWork& w) {
   Item it;
   it.work = work;
   it.adapter = r.adapter.get();
@@ -234,7 +238,19 @@ Item plan_private_work(const ContextState& c, ReaderState& r, size_t work, const
   it.write_seq = it.private_seq = r.private_seq;  // invalid until its first row
   for (const ReaderStream& s : r.streams) it.reads.push_back(&s);
   it.all_logits = w.all_logits;
-  return it;
+  if (!r.activated()) return {it};
+  if (r.active_from < 0) r.active_from = it.start + r.adapter->find_invocation(w.tokens);
+  it.activation_applied = true;
+  if (r.active_from <= it.start) return {it};
+  Item before = it;  // [start, active_from): the base model's rows, read by the span after them
+  before.adapter = nullptr;
+  before.writer = AdapterIdentity::base_model();
+  before.activation_applied = false;
+  before.end = r.active_from;
+  before.tokens.resize(static_cast<size_t>(before.end - before.start));
+  it.tokens.erase(it.tokens.begin(), it.tokens.begin() + (before.end - before.start));
+  it.start = it.base_from = r.active_from;
+  return {before, it};
 }
 
 // "base pool: 12 blocks needed, 3 free" for the pools the shortfall names.
@@ -275,6 +291,14 @@ void Engine::validate_work(const std::vector<StepWork>& work) const {
         throw ConfigError("token id out of range", {"", where, "0.." + std::to_string(model_.config().vocab_size - 1),
                                                     std::to_string(t), ""});
       }
+    }
+    if (r.activated() && r.active_from < 0 && r.adapter->find_invocation(w.tokens) < 0) {
+      // PEFT would run the whole reply with the base weights: never silently.
+      throw ConfigError("the first private work of an activated LoRA reader must hold its invocation tokens",
+                        {r.adapter->invocation_tokens_file(), where + " (adapter '" + r.adapter->name() + "')",
+                         std::to_string(r.adapter->invocation_tokens().size()) + " invocation tokens",
+                         "none in " + std::to_string(w.tokens.size()) + " private tokens",
+                         "begin the agent's turn with its invocation (the turn header the adapter was trained on)"});
     }
   }
 }
@@ -333,15 +357,15 @@ void admit_entry(Admission& a, const StepWork& w, size_t entry) {
     planned = plan_context_work(a.cache, c, r, entry, w.max_tokens > 0 ? w.max_tokens : a.options.prefill_chunk,
                                 w.all_logits);
   } else {
-    planned.push_back(plan_private_work(c, r, entry, w));
+    planned = plan_private_work(c, r, entry, w);
+    if (!r.private_seq.valid()) {
+      r.private_seq = a.state.new_seq();
+      a.cache.create_suffix_sequence(r.private_seq, private_key(r, a.cache.manager().config().dtype), r.private_after);
+      for (Item& it : planned) it.write_seq = it.private_seq = r.private_seq;
+    }
   }
   std::vector<int64_t> reserved(static_cast<size_t>(pools), 0);
   for (Item& it : planned) {
-    if (w.kind == StepWork::Kind::kPrivate && !r.private_seq.valid()) {
-      r.private_seq = a.state.new_seq();
-      a.cache.create_suffix_sequence(r.private_seq, own_base_key(r, a.cache.manager().config().dtype), r.private_after);
-      it.write_seq = it.private_seq = r.private_seq;
-    }
     const cache::AppendRequest req = append_request(it);
     if (req.tokens.empty() && req.residuals.empty()) continue;
     const cache::Capacity cap = a.cache.can_append(it.write_seq, req);
@@ -422,7 +446,7 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
   for (const Item& it : items) {
     if (it.work == kNoWork || work[it.work].kind != StepWork::Kind::kPrivate) continue;
     ReaderState& r = state_->reader(work[it.work].reader);
-    r.private_tokens.reserve(r.private_tokens.size() + it.tokens.size());
+    r.private_tokens.reserve(r.private_tokens.size() + work[it.work].tokens.size());  // all its items' tokens
   }
   // The rows are written: keep the reservations and index the newly full blocks (all or
   // nothing: a failure there rolls the step back like any other).

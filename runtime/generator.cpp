@@ -105,6 +105,28 @@ void commit_replies(Engine& engine, const std::map<size_t, ReaderRef>& readers, 
   }
 }
 
+// Where a request's prompt stops being context: its end, or for an activated LoRA (aLoRA)
+// the last occurrence of its invocation tokens, from which the prompt runs as the reader's
+// private work with the adapter (runtime/engine.h). Refuses a prompt without them (PEFT
+// would silently run the base model) and eviction's commits (a committed reply becomes base
+// rows, and the rest of it would have no invocation).
+int64_t activation_split(const GenerationRequest& r, size_t index, bool commits) {
+  const auto n = static_cast<int64_t>(r.prompt.size());
+  if (!r.adapter || !r.adapter->activated()) return n;
+  const std::vector<int32_t>& inv = r.adapter->invocation_tokens();
+  const std::string where = "request " + std::to_string(index) + " (adapter '" + r.adapter->name() + "')";
+  if (commits) {
+    throw ConfigError("an activated LoRA's reply cannot be committed as it goes, which eviction needs",
+                      {"", where, "a standard LoRA adapter, or no eviction policy", "", ""});
+  }
+  const int64_t start = r.adapter->find_invocation(r.prompt);
+  if (start >= 0) return start;
+  throw ConfigError("the prompt does not hold the activated LoRA's invocation tokens",
+                    {r.adapter->invocation_tokens_file(), where, std::to_string(inv.size()) + " invocation tokens",
+                     "none in " + std::to_string(n) + " prompt tokens",
+                     "end the prompt with the turn header the adapter was trained on"});
+}
+
 void check_eviction(const GeneratorOptions& o) {
   o.eviction.check("eviction");  // ConfigError naming the key
   if (o.eviction.enabled() && o.commit_every < 1) {
@@ -151,9 +173,11 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
       if (live[i].done) continue;
       const ContextId ctx =
           engine.create_context({SharingMode::kFull, SharedWriter::kFirst, options.eviction}, {requests[i].adapter});
-      engine.append(ctx, requests[i].prompt);
+      const int64_t split = activation_split(requests[i], i, commits);
+      engine.append(ctx, std::vector<int32_t>(requests[i].prompt.begin(), requests[i].prompt.begin() + split));
       DriverJob job;
       job.reader = {ctx, 0};
+      job.suffix.assign(requests[i].prompt.begin() + split, requests[i].prompt.end());
       job.next = [&, i](const at::Tensor& logits) {
         return take_token(requests[i], i, live[i], outputs[i], logits, on_event);
       };

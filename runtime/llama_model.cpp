@@ -97,7 +97,7 @@ at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, const LinearW
   return out;
 }
 
-void LlamaModel::check_adapter(const adapters::Adapter& a) const {
+void LlamaModel::check_adapter(const adapters::Adapter& a, bool activation_applied) const {
   const adapters::BaseModelShape want = adapter_shape(), have = a.base_shape();
   if (have.num_layers != want.num_layers || have.hidden != want.hidden || have.num_heads != want.num_heads ||
       have.num_kv_heads != want.num_kv_heads || have.head_dim != want.head_dim || have.intermediate != want.intermediate) {
@@ -118,11 +118,12 @@ void LlamaModel::check_adapter(const adapters::Adapter& a) const {
                            "was adapter '" + a.name() + "' trained for another base model?"});
       }
     }
+    if (activation_applied) return;
     // Run as a standard LoRA it would adapt every position instead of those from its invocation on.
-    throw ConfigError("adapter '" + a.name() + "' is an activated LoRA (aLoRA): activated LoRA adapters load, but the "
-                      "engine does not run them yet",
+    throw ConfigError("adapter '" + a.name() + "' is an activated LoRA (aLoRA): it runs only in the engine (sessions, "
+                      "lorakv run), which applies its activation rule",
                       {file, key, "a standard LoRA adapter", std::to_string(tokens.size()) + " invocation tokens",
-                       "use a standard LoRA adapter; running this one as standard would adapt every token"});
+                       "run it through the engine; running it as a standard LoRA would adapt every token"});
   }
 }
 
@@ -135,10 +136,11 @@ std::vector<AdapterRows> LlamaModel::plan_adapters(const std::vector<SequenceInp
   for (size_t i = 0; i < batch.size(); ++i) {
     const adapters::Adapter* a = batch[i].adapter;
     if (a == nullptr) continue;
+    if (a->activated() && !batch[i].activation_applied) check_adapter(*a);  // throws
     const std::pair<const adapters::Adapter*, bool> key{a, batch[i].kv_lora_in_rows};
     auto it = std::find(order.begin(), order.end(), key);
     if (it == order.end()) {
-      check_adapter(*a);
+      check_adapter(*a, /*activation_applied=*/true);  // each sequence's activation checked above
       order.push_back(key);
       members.emplace_back();
       it = order.end() - 1;

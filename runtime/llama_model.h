@@ -42,6 +42,10 @@ struct SequenceInput {
   // Logits for every new token of this sequence, not only its last (ForwardOptions::all_logits
   // asks it of every sequence). The LM head runs on the rows asked for, nobody else's.
   bool all_logits = false;
+  // An activated LoRA adapter (adapters/adapter.h) runs only where its caller applied the
+  // activation rule: true says every new token of this sequence lies in the adapted span (the
+  // engine's private work of an aLoRA reader from its invocation on). false refuses one.
+  bool activation_applied = false;
 };
 
 // The packed rows that run with one adapter (grouped over every sequence using it with the
@@ -99,11 +103,12 @@ class LlamaModel {
   const ModelWeights& weights() const { return weights_; }
   // What adapters must fit (layers, widths, heads) for this model.
   adapters::BaseModelShape adapter_shape() const;
-  // Throws ConfigError for an adapter of another model (shape) or dtype, and for an activated
-  // LoRA (adapters/adapter.h): it loads, but nothing here applies its activation rule yet, and
-  // run as a standard LoRA it would adapt every token. Called wherever an adapter meets the
-  // model: the engine adding a reader and every forward.
-  void check_adapter(const adapters::Adapter& adapter) const;
+  // Throws ConfigError for an adapter of another model (shape) or dtype, or whose aLoRA
+  // invocation tokens lie outside the vocabulary. Unless `activation_applied`, also for an
+  // activated LoRA (adapters/adapter.h): run as a standard LoRA it would adapt every token,
+  // and only the engine applies its rule (runtime/engine.h). Called wherever an adapter meets
+  // the model: the engine adding a reader and every forward.
+  void check_adapter(const adapters::Adapter& adapter, bool activation_applied = false) const;
 
   // A cache sized for this model.
   std::unique_ptr<KvCache> make_cache() const;

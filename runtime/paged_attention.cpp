@@ -333,6 +333,7 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
     in.tokens = it.tokens;
     in.adapter = it.adapter;
     in.kv_lora_in_rows = it.kv_lora_in_rows;
+    in.activation_applied = it.activation_applied;
     in.first_position = it.start;
     in.all_logits = it.all_logits;
     batch.push_back(std::move(in));
@@ -370,10 +371,14 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
   for (const Item& it : items) {
     const int64_t n = it.all_logits ? it.end - it.start : 1;
     if (it.work != kNoWork) {
+      // An aLoRA reader's private work may run as two items (before and from its invocation):
+      // one output, the items' rows in order.
       StepOutput& out = result.outputs[it.work];
-      out.logits = logits.narrow(0, row, n);
-      out.tokens_processed = it.end - it.start;
-      out.first_position = it.start;
+      const bool continues = out.tokens_processed > 0;
+      const at::Tensor mine = logits.narrow(0, row, n);
+      out.logits = continues && it.all_logits ? at::cat({out.logits, mine}) : mine;
+      if (!continues) out.first_position = it.start;
+      out.tokens_processed += it.end - it.start;
     }
     row += n;
   }

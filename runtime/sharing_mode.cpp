@@ -44,7 +44,8 @@ std::string where(const adapters::LoraModule& m) {
 }  // namespace
 
 void check_reader(SharingMode mode, const adapters::Adapter* adapter, const std::vector<const adapters::Adapter*>& others) {
-  if (adapter == nullptr || !mode_keeps_residuals(mode)) return;
+  // An activated LoRA reads the base rows as they are and keeps no residual rows: nothing to serve.
+  if (adapter == nullptr || adapter->activated() || !mode_keeps_residuals(mode)) return;
   const std::string mode_name = sharing_mode_name(mode);
   for (const adapters::LoraModule& m : adapter->modules()) {
     if (m.module != adapters::ModuleId::kK && m.module != adapters::ModuleId::kV) continue;
@@ -61,7 +62,7 @@ void check_reader(SharingMode mode, const adapters::Adapter* adapter, const std:
   // adapt it at the same layers with a byte-equal A.
   for (adapters::ModuleId module : {adapters::ModuleId::kK, adapters::ModuleId::kV}) {
     for (const adapters::Adapter* other : others) {
-      if (other == nullptr) continue;
+      if (other == nullptr || other->activated()) continue;
       for (int64_t layer = 0; layer < adapter->base_shape().num_layers; ++layer) {
         const adapters::LoraModule* mine = adapter->find(layer, module);
         const adapters::LoraModule* theirs = other->find(layer, module);

@@ -31,6 +31,7 @@ struct Item {
   const adapters::Adapter* adapter = nullptr;
   AdapterIdentity writer;
   bool kv_lora_in_rows = true;
+  bool activation_applied = false;  // an aLoRA adapter's adapted span (SequenceInput)
   std::vector<int32_t> tokens;
   int64_t start = 0, end = 0;
   // Rows written: base rows of positions [base_from, end) into write_seq, and `fills`.

@@ -14,12 +14,18 @@ def main() -> None:
     p.add_argument("--dir", required=True)
     d = Path(p.parse_args().dir)
     rows = [r for r in csv.DictReader(open(d / "memory.csv")) if r["layout"] == "per_layer" and r.get("eviction", "none") == "none"]
+    for r in rows:  # aLoRA twins: their own lines
+        if r.get("adapters", "standard") == "alora":
+            r["mode"] += " (aLoRA)"
     lengths = sorted({int(r["tokens"]) for r in rows})
     fig, axes = plt.subplots(2, len(lengths), figsize=(5 * len(lengths), 8), squeeze=False)
     for col, t in enumerate(lengths):
         sel = [r for r in rows if int(r["tokens"]) == t]
-        for mode in ["full", "full_shared", "base_shared", "base_lr_shared"]:
-            m = sorted((int(r["agents"]), r) for r in sel if r["mode"] == mode)
+        for mode in ["full", "full_shared", "base_shared", "base_lr_shared", "full (aLoRA)", "base_lr_shared (aLoRA)"]:
+            m = sorted((int(r["agents"]), id(r), r) for r in sel if r["mode"] == mode)
+            m = [(a, r) for a, _, r in m]
+            if not m:
+                continue
             n = [a for a, _ in m]
             axes[0][col].plot(n, [int(r["kv_bytes_measured"]) / 2**20 for _, r in m], marker="o", label=mode)
             axes[1][col].plot(n, [float(r["ratio_vs_n_full_caches"]) for _, r in m], marker="o", label=mode)

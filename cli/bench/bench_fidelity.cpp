@@ -4,7 +4,10 @@
 // private tokens (header, text, <|im_end|>) after the shared context and is then committed
 // to it; other turns are appended as text. Every mode and writer that can serve the set is
 // compared with `full` (the exact per-agent baseline) on the logits of the role turns' text:
-// per-token KL(full || mode) and top-1 agreement. Short contexts are single trajectories;
+// per-token KL(full || mode) and top-1 agreement. The set `alora_twins` is the all-linear
+// roles' factors as activated LoRA (invoked by their turn headers): `full` is then each
+// agent's exact aLoRA forward, and the shared modes match it up to float32 rounding where the
+// base model (or an aLoRA reader) writes the shared rows. Short contexts are single trajectories;
 // long ones append several until about 2K tokens, to see the difference grow with length.
 // The replays run on dense float32 weights: the reference semantics, and fast for the many
 // short steps of a turn-by-turn replay.
@@ -116,19 +119,21 @@ void run_fidelity(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& o
     runtime::ContextOptions mode;
   };
   std::vector<Case> cases;
-  for (const std::string set : {"all_linear", "qv_shared_a"}) {
+  for (const std::string set : {"all_linear", "qv_shared_a", "alora_twins"}) {
     for (SharedWriter wr : {SharedWriter::kFirst, SharedWriter::kBase}) {
       cases.push_back({set, {SharingMode::kFullShared, wr}});
       cases.push_back({set, {SharingMode::kBaseShared, wr}});
-      if (set == "qv_shared_a") cases.push_back({set, {SharingMode::kBaseLrShared, wr}});
+      if (set != "all_linear") cases.push_back({set, {SharingMode::kBaseLrShared, wr}});
     }
   }
   std::map<std::string, Fidelity> results;  // set|mode|writer|length
   for (const auto& [length, trajs] : contexts) {
-    for (const std::string set : {"all_linear", "qv_shared_a"}) {
-      // --quick: the long context with the shared-A set only (every mode can serve it).
+    for (const std::string set : {"all_linear", "qv_shared_a", "alora_twins"}) {
+      // --quick: the long context with the shared-A set only (every mode can serve it), and
+      // the aLoRA twins (every mode serves them; exact where the base model writes the rows).
       if (length == "long" && set == "all_linear" && !o.full_grid) continue;
-      const std::vector<AdapterPtr>& readers = set == "all_linear" ? w.all_linear : w.shared_a;
+      const std::vector<AdapterPtr> readers =
+          set == "all_linear" ? w.all_linear : set == "qv_shared_a" ? w.shared_a : w.alora_roles();
       std::fprintf(stderr, "[%7.1f s] fidelity: %s context of %zu trajectories, set %s ...\n", bench_seconds(), length.c_str(),
                    trajs.size(), set.c_str());
       const at::Tensor full = replay_role_turns(w, readers, {SharingMode::kFull, SharedWriter::kFirst}, trajs);

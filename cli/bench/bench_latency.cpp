@@ -7,12 +7,17 @@
 //     is reused);
 //   - aggregate decode tokens/s of 8 agents (the shared-A role adapters and synthetic ones)
 //     on one shared context, every agent's next token in one engine step.
+// Each also with the adapters' aLoRA twins (invoked by the header they run) in `full` and
+// base_lr_shared: a joiner reads the base rows as they are, or adopts them from the prefix index.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "lorakv/cli/bench/bench_memory.h"
 #include "lorakv/common/errors.h"
@@ -25,8 +30,18 @@ namespace {
 using runtime::SharedWriter;
 using runtime::SharingMode;
 
-const std::vector<SharingMode> kModes = {SharingMode::kFull, SharingMode::kFullShared, SharingMode::kBaseShared,
-                                         SharingMode::kBaseLrShared};
+// A mode with standard adapters, or with their aLoRA twins (exact sharing: no residual rows,
+// base rows shared; in `full` through the prefix index).
+struct Variant {
+  SharingMode mode;
+  bool alora;
+  std::string name() const { return std::string(runtime::sharing_mode_name(mode)) + (alora ? " (aLoRA)" : ""); }
+  bool operator<(const Variant& o) const { return std::make_pair(mode, alora) < std::make_pair(o.mode, o.alora); }
+};
+const std::vector<Variant> kVariants = {{SharingMode::kFull, false},        {SharingMode::kFullShared, false},
+                                        {SharingMode::kBaseShared, false},  {SharingMode::kBaseLrShared, false},
+                                        {SharingMode::kFull, true},         {SharingMode::kBaseLrShared, true}};
+const Variant kFullStandard{SharingMode::kFull, false};
 
 runtime::EngineOptions sized(int64_t base_rows, int64_t residual_rows) {
   runtime::EngineOptions eo;
@@ -47,11 +62,11 @@ struct JoinSide {
   runtime::ContextId ctx;
 };
 
-JoinSide prepare_join(BenchWorkload& w, SharingMode mode, const std::vector<int32_t>& text, int64_t joins) {
+JoinSide prepare_join(BenchWorkload& w, Variant v, const std::vector<int32_t>& text, int64_t joins) {
   JoinSide s;
   const int64_t rows = (joins + 1) * (static_cast<int64_t>(text.size()) + 64);
   s.engine = std::make_unique<runtime::Engine>(w.model(), sized(rows, rows));
-  s.ctx = s.engine->create_context({mode, SharedWriter::kFirst}, {w.shared_a[0]});
+  s.ctx = s.engine->create_context({v.mode, SharedWriter::kFirst}, {v.alora ? w.alora_agents(1, "actor")[0] : w.shared_a[0]});
   s.engine->append(s.ctx, text);
   runtime::prefill(*s.engine, {s.ctx, 0});  // another agent processed the context (not timed)
   return s;
@@ -81,9 +96,10 @@ struct DecodeSide {
   std::vector<int32_t> header;  // each agent's private turn header before its reply
 };
 
-DecodeSide prepare_decode(BenchWorkload& w, SharingMode mode, const std::vector<int32_t>& text, int64_t agents) {
+DecodeSide prepare_decode(BenchWorkload& w, Variant v, const std::vector<int32_t>& text, int64_t agents) {
   DecodeSide s;
-  const std::vector<AdapterPtr> readers = w.shared_a_agents(agents);
+  const SharingMode mode = v.mode;
+  const std::vector<AdapterPtr> readers = v.alora ? w.alora_agents(agents, "planner") : w.shared_a_agents(agents);
   const int64_t rows = static_cast<int64_t>(text.size()) + 512;
   const int64_t base_copies = mode == SharingMode::kFull ? agents : 1;
   const int64_t residual_copies = mode == SharingMode::kBaseShared ? agents : 1;
@@ -155,28 +171,31 @@ void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& ou
 
   // Time to first token of a joining agent, 2K context; the modes rotate per repetition.
   const std::vector<int32_t> text2k = w.real_text(2048);
+  // Joiners invoked by the suffix time_to_first_token runs ("<|im_start|>actor\n").
   const std::vector<AdapterPtr> joiners = w.shared_a_agents(o.repetitions + 1);
-  std::map<SharingMode, JoinSide> joins;
-  for (SharingMode m : kModes) joins.emplace(m, prepare_join(w, m, text2k, o.repetitions));
-  std::map<SharingMode, std::vector<double>> ttft;
+  const std::vector<AdapterPtr> alora_joiners = w.alora_agents(o.repetitions + 1, "actor");
+  std::map<Variant, JoinSide> joins;
+  for (const Variant& v : kVariants) joins.emplace(v, prepare_join(w, v, text2k, o.repetitions));
+  std::map<Variant, std::vector<double>> ttft;
   for (int64_t rep = 0; rep < o.repetitions; ++rep) {
-    for (size_t k = 0; k < kModes.size(); ++k) {
-      const SharingMode m = kModes[(k + static_cast<size_t>(rep)) % kModes.size()];
+    for (size_t k = 0; k < kVariants.size(); ++k) {
+      const Variant& v = kVariants[(k + static_cast<size_t>(rep)) % kVariants.size()];
       std::fprintf(stderr, "[%7.1f s] time to first token: repetition %lld, %s ...\n", bench_seconds(),
-                   static_cast<long long>(rep + 1), runtime::sharing_mode_name(m));
-      ttft[m].push_back(time_to_first_token(w, joins.at(m), joiners[static_cast<size_t>(rep) + 1]));
+                   static_cast<long long>(rep + 1), v.name().c_str());
+      const AdapterPtr& joiner = (v.alora ? alora_joiners : joiners)[static_cast<size_t>(rep) + 1];
+      ttft[v].push_back(time_to_first_token(w, joins.at(v), joiner));
     }
   }
   out << "\nTime to first token of an agent joining a 2048-token context another agent processed (median of "
       << o.repetitions << ", modes alternated)\n| mode | seconds | ratio vs full | aim |\n| --- | ---: | ---: | --- |\n";
-  const double full_ttft = median(ttft[SharingMode::kFull]);
-  for (SharingMode m : kModes) {
-    const double s = median(ttft[m]), ratio = s / full_ttft;
-    csv << "ttft_join," << text2k.size() << "," << kAgentsAtJoin << "," << runtime::sharing_mode_name(m) << "," << s << ",," << ratio << ","
+  const double full_ttft = median(ttft[kFullStandard]);
+  for (const Variant& v : kVariants) {
+    const double s = median(ttft[v]), ratio = s / full_ttft;
+    csv << "ttft_join," << text2k.size() << "," << kAgentsAtJoin << "," << v.name() << "," << s << ",," << ratio << ","
         << o.repetitions << "\n";
     char line[200];
-    std::snprintf(line, sizeof line, "| %s | %.3f | %.3fx | %s |\n", runtime::sharing_mode_name(m), s, ratio,
-                  m == SharingMode::kBaseLrShared ? (ratio <= 0.1 ? "<= 0.1x: met" : "<= 0.1x: missed") : "");
+    std::snprintf(line, sizeof line, "| %s | %.3f | %.3fx | %s |\n", v.name().c_str(), s, ratio,
+                  v.mode == SharingMode::kBaseLrShared && !v.alora ? (ratio <= 0.1 ? "<= 0.1x: met" : "<= 0.1x: missed") : "");
     out << line;
   }
 
@@ -184,34 +203,34 @@ void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& ou
   const int64_t agents = 8, steps = 8;
   for (int64_t t : o.decode_lengths) {
     const std::vector<int32_t> text = w.real_text(t);
-    std::map<SharingMode, DecodeSide> sides;
-    for (SharingMode m : kModes) sides.emplace(m, prepare_decode(w, m, text, agents));
-    std::map<SharingMode, std::vector<double>> secs;
-    std::map<SharingMode, std::vector<DecodeTimes>> times;
+    std::map<Variant, DecodeSide> sides;
+    for (const Variant& v : kVariants) sides.emplace(v, prepare_decode(w, v, text, agents));
+    std::map<Variant, std::vector<double>> secs;
+    std::map<Variant, std::vector<DecodeTimes>> times;
     for (int64_t rep = 0; rep < o.repetitions; ++rep) {
-      for (size_t k = 0; k < kModes.size(); ++k) {
-        const SharingMode m = kModes[(k + static_cast<size_t>(rep)) % kModes.size()];
-        times[m].push_back(decode_steps(sides.at(m), steps));
-        secs[m].push_back(times[m].back().seconds);
+      for (size_t k = 0; k < kVariants.size(); ++k) {
+        const Variant& v = kVariants[(k + static_cast<size_t>(rep)) % kVariants.size()];
+        times[v].push_back(decode_steps(sides.at(v), steps));
+        secs[v].push_back(times[v].back().seconds);
       }
     }
     out << "\nAggregate decode, " << agents << " agents on one " << t << "-token context (" << steps
         << " steps per repetition, median of " << o.repetitions << ", modes alternated)\n"
         << "| mode | tokens/s | ratio vs full | aim |\n| --- | ---: | ---: | --- |\n";
-    const double full_tps = static_cast<double>(agents * steps) / median(secs[SharingMode::kFull]);
-    for (SharingMode m : kModes) {
-      const double s = median(secs[m]), tps = static_cast<double>(agents * steps) / s, ratio = tps / full_tps;
-      csv << "decode_aggregate," << t << "," << agents << "," << runtime::sharing_mode_name(m) << "," << s << "," << tps
+    const double full_tps = static_cast<double>(agents * steps) / median(secs[kFullStandard]);
+    for (const Variant& v : kVariants) {
+      const double s = median(secs[v]), tps = static_cast<double>(agents * steps) / s, ratio = tps / full_tps;
+      csv << "decode_aggregate," << t << "," << agents << "," << v.name() << "," << s << "," << tps
           << "," << ratio << "," << o.repetitions << "\n";
       char line[200];
-      std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %s |\n", runtime::sharing_mode_name(m), tps, ratio,
-                    m == SharingMode::kFull ? "" : (ratio >= 2.0 ? ">= 2x: met" : ">= 2x: missed"));
+      std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %s |\n", v.name().c_str(), tps, ratio,
+                    v.mode == SharingMode::kFull && !v.alora ? "" : (ratio >= 2.0 ? ">= 2x: met" : ">= 2x: missed"));
       out << line;
     }
     out << "\nHost time per decode step (ms, median over repetitions of the per-step mean): rows written, the "
            "kernel's views and arguments built, the fused kernel, the whole step\n"
         << "| mode | write | views | kernel | step |\n| --- | ---: | ---: | ---: | ---: |\n";
-    for (SharingMode m : kModes) {
+    for (const Variant& m : kVariants) {
       auto med = [&](double DecodeTimes::*field) {
         std::vector<double> v;
         for (const DecodeTimes& d : times[m]) v.push_back(d.*field);
@@ -223,11 +242,11 @@ void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& ou
                                         {"decode_step_views", views},
                                         {"decode_step_kernel", kernel},
                                         {"decode_step_total", step}}) {
-        csv << name << "," << t << "," << agents << "," << runtime::sharing_mode_name(m) << "," << value << ",,,"
+        csv << name << "," << t << "," << agents << "," << m.name() << "," << value << ",,,"
             << o.repetitions << "\n";
       }
       char line[200];
-      std::snprintf(line, sizeof line, "| %s | %.2f | %.2f | %.2f | %.2f |\n", runtime::sharing_mode_name(m),
+      std::snprintf(line, sizeof line, "| %s | %.2f | %.2f | %.2f | %.2f |\n", m.name().c_str(),
                     1e3 * write, 1e3 * views, 1e3 * kernel, 1e3 * step);
       out << line;
     }

@@ -62,6 +62,12 @@ struct BenchWorkload {
   // n adapters with the shared A of the qv_shared_a set: the three trained ones, then
   // synthetic ones whose B are Gaussian with each (layer, module)'s mean trained norm.
   std::vector<AdapterPtr> shared_a_agents(int64_t n);
+  // n activated LoRA (aLoRA) adapters: shared_a_agents(n)'s factors, each invoked by the turn
+  // header "<|im_start|>{role}\n" (role empty: agent i by "<|im_start|>agent{i}\n"). Twins for
+  // the cache's mechanics (memory, exactness, time), not adapters trained as aLoRA.
+  std::vector<AdapterPtr> alora_agents(int64_t n, const std::string& role = "");
+  // The all-linear role adapters' factors as aLoRA, each invoked by its role's turn header.
+  std::vector<AdapterPtr> alora_roles();
 };
 
 BenchWorkload load_workload(const MemoryBenchOptions& o, std::ostream& log);

@@ -53,6 +53,7 @@ double payload_ratio(SharingMode mode, int64_t n, const runtime::ModelConfig& c,
 
 struct GridRow {
   std::string layout;
+  std::string adapters = "standard";  // or "alora": aLoRA twins (no residual rows, base rows shared)
   std::string eviction = "none";  // the context's policy and budget
   int64_t t = 0, n = 0;
   SharingMode mode = SharingMode::kFull;
@@ -61,8 +62,20 @@ struct GridRow {
   double ratio = 0, payload = 0, seconds = 0;
 };
 
+// aLoRA readers keep base rows only: one set in the shared modes; in `full` each keeps its own
+// rows but adopts the first reader's whole blocks below its last token from the prefix index,
+// so each further reader adds one block (the block holding its last token).
+ClosedForm alora_closed_form(SharingMode mode, int64_t n, int64_t t, const runtime::ModelConfig& c, int64_t block_size,
+                             int64_t element_bytes) {
+  const int64_t blocks = (t + block_size - 1) / block_size + (mode == SharingMode::kFull ? n - 1 : 0);
+  ClosedForm f;
+  f.base_k = f.base_v = c.num_layers * blocks * block_size * c.num_kv_heads * c.head_dim * element_bytes;
+  f.positions = c.num_layers * blocks * block_size * 4;
+  return f;
+}
+
 GridRow run_one(BenchWorkload& w, int64_t t, int64_t n, SharingMode mode, bool per_head, const std::vector<int32_t>& text,
-                const cache::eviction::EvictionConfig& eviction = {}) {
+                const cache::eviction::EvictionConfig& eviction = {}, bool alora = false) {
   const runtime::ModelConfig& c = w.model().config();
   runtime::EngineOptions eo;
   const int64_t copies = mode == SharingMode::kFull ? n : 1;
@@ -70,7 +83,8 @@ GridRow run_one(BenchWorkload& w, int64_t t, int64_t n, SharingMode mode, bool p
   eo.residual_rows = (mode == SharingMode::kBaseShared ? n : 1) * (t + 2 * eo.block_size);
   eo.per_head_token_sets = per_head;
   runtime::Engine engine(w.model(), eo);
-  const runtime::ContextId ctx = engine.create_context({mode, runtime::SharedWriter::kFirst, eviction}, w.shared_a_agents(n));
+  const runtime::ContextId ctx =
+      engine.create_context({mode, runtime::SharedWriter::kFirst, eviction}, alora ? w.alora_agents(n) : w.shared_a_agents(n));
   engine.append(ctx, text);
   const double start = bench_seconds();
   for (int32_t r = 0; r < static_cast<int32_t>(n); ++r) runtime::prefill(engine, {ctx, r});
@@ -85,6 +99,11 @@ GridRow run_one(BenchWorkload& w, int64_t t, int64_t n, SharingMode mode, bool p
   const int64_t element = cache::storage_element_bytes(engine.cache().manager().config().dtype);
   row.closed = closed_form(mode, n, t, c, eo.block_size, per_head, w.shared_a.front()->max_rank(), element);
   row.payload = payload_ratio(mode, n, c, per_head, w.shared_a.front()->max_rank());
+  if (alora) {
+    row.adapters = "alora";
+    row.closed = alora_closed_form(mode, n, t, c, eo.block_size, element);
+    row.payload = static_cast<double>(n);
+  }
   return row;
 }
 
@@ -130,27 +149,47 @@ void run_memory_grid(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream
   evicted.ratio = static_cast<double>(full_bytes) / static_cast<double>(kv_bytes(evicted.mem));
   evicted.payload /= quarter.budget_fraction;
   rows.push_back(evicted);
+  // aLoRA agents (exact sharing): N = 1..16 on the longest trajectory, in `full` (base rows
+  // shared through the prefix index) and base_lr_shared, against N full caches of standard
+  // adapters; the standard base_lr_shared rows beside them.
+  for (int64_t n : {1, 2, 4, 8, 16}) {
+    int64_t n_full = 0;
+    for (SharingMode m : {SharingMode::kFull, SharingMode::kBaseLrShared}) {
+      for (bool alora : {false, true}) {
+        std::fprintf(stderr, "[%7.1f s] memory: T=%lld N=%lld %s, %s adapters ...\n", bench_seconds(), static_cast<long long>(t),
+                     static_cast<long long>(n), runtime::sharing_mode_name(m), alora ? "aLoRA" : "standard");
+        GridRow row = run_one(w, t, n, m, false, text, {}, alora);
+        if (m == SharingMode::kFull && !alora) n_full = kv_bytes(row.mem);
+        row.ratio = static_cast<double>(n_full) / static_cast<double>(kv_bytes(row.mem));
+        if (alora) row.layout = "per_layer";
+        const bool known = std::any_of(rows.begin(), rows.end(), [&](const GridRow& r) {
+          return r.t == t && r.n == n && r.mode == m && r.layout == "per_layer" && r.eviction == "none" && r.adapters == row.adapters;
+        });
+        if (!known) rows.push_back(row);
+      }
+    }
+  }
 
   const std::string path = o.out_dir + "/memory.csv";
   std::ofstream csv(path);
-  csv << "layout,eviction,tokens,agents,mode,base_k_bytes,base_v_bytes,positions_bytes,residual_bytes,kv_bytes_measured,"
+  csv << "layout,eviction,adapters,tokens,agents,mode,base_k_bytes,base_v_bytes,positions_bytes,residual_bytes,kv_bytes_measured,"
          "kv_bytes_closed_form,difference,ratio_vs_n_full_caches,payload_ratio_closed_form,metadata_bytes,"
          "adapter_bytes,model_bytes,peak_bytes,prefill_seconds\n";
   out << "\nKV memory, measured from the pools (bytes in use: base K + V + positions + residuals, whole blocks of 16 rows)\n";
-  out << "| layout | eviction | T | N | mode | measured | closed form | ratio vs N full caches | payload-only closed form |\n"
-         "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n";
+  out << "| layout | eviction | adapters | T | N | mode | measured | closed form | ratio vs N full caches | payload-only closed form |\n"
+         "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n";
   int64_t worst = 0;
   for (const GridRow& r : rows) {
     const int64_t measured = kv_bytes(r.mem), closed = r.closed.total();
     if (r.eviction == "none") worst = std::max<int64_t>(worst, std::llabs(measured - closed));
-    csv << r.layout << "," << r.eviction << "," << r.t << "," << r.n << "," << runtime::sharing_mode_name(r.mode) << "," << r.mem.cache.base_k_bytes
+    csv << r.layout << "," << r.eviction << "," << r.adapters << "," << r.t << "," << r.n << "," << runtime::sharing_mode_name(r.mode) << "," << r.mem.cache.base_k_bytes
         << "," << r.mem.cache.base_v_bytes << "," << r.mem.cache.positions_bytes << "," << r.mem.cache.residual_bytes_total
         << "," << measured << "," << closed << "," << measured - closed << "," << r.ratio << "," << r.payload << ","
         << r.mem.cache.metadata_bytes << "," << r.mem.adapter_bytes << "," << r.mem.model_weight_bytes << ","
         << r.mem.cache.peak_bytes_in_use << "," << r.seconds << "\n";
     char line[256];
-    std::snprintf(line, sizeof line, "| %s | %s | %lld | %lld | %s | %.2f MiB | %.2f MiB | %.2fx | %.2fx |\n", r.layout.c_str(),
-                  r.eviction.c_str(), static_cast<long long>(r.t), static_cast<long long>(r.n), runtime::sharing_mode_name(r.mode),
+    std::snprintf(line, sizeof line, "| %s | %s | %s | %lld | %lld | %s | %.2f MiB | %.2f MiB | %.2fx | %.2fx |\n", r.layout.c_str(),
+                  r.eviction.c_str(), r.adapters.c_str(), static_cast<long long>(r.t), static_cast<long long>(r.n), runtime::sharing_mode_name(r.mode),
                   static_cast<double>(measured) / (1 << 20), static_cast<double>(closed) / (1 << 20), r.ratio, r.payload);
     out << line;
   }

@@ -114,4 +114,36 @@ std::vector<AdapterPtr> BenchWorkload::shared_a_agents(int64_t n) {
   return out;
 }
 
+namespace {
+
+// `standard`'s factors under `name`, activated by `header`'s tokens; registered once.
+AdapterPtr alora_twin(BenchWorkload& w, const AdapterPtr& standard, const std::string& name, const std::string& header) {
+  if (AdapterPtr known = w.registry->acquire(name)) return known;
+  return w.registry->add(std::make_shared<adapters::Adapter>(name, "alora twin of " + standard->name(),
+                                                             adapters::AdapterFormat::kPeft, standard->base_shape(),
+                                                             standard->modules(), w.encode(header)));
+}
+
+}  // namespace
+
+std::vector<AdapterPtr> BenchWorkload::alora_agents(int64_t n, const std::string& role) {
+  const std::vector<AdapterPtr> standard = shared_a_agents(n);
+  std::vector<AdapterPtr> out;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string turn = role.empty() ? "agent" + std::to_string(i) : role;
+    out.push_back(alora_twin(*this, standard[static_cast<size_t>(i)], "alora." + turn + "." + std::to_string(i),
+                             "<|im_start|>" + turn + "\n"));
+  }
+  return out;
+}
+
+std::vector<AdapterPtr> BenchWorkload::alora_roles() {
+  std::vector<AdapterPtr> out;
+  const char* roles[] = {"planner", "actor", "reflector"};
+  for (size_t i = 0; i < 3; ++i) {
+    out.push_back(alora_twin(*this, all_linear[i], std::string("alora.") + roles[i], std::string("<|im_start|>") + roles[i] + "\n"));
+  }
+  return out;
+}
+
 }  // namespace lorakv::cli

@@ -148,7 +148,7 @@ TEST(InspectCommand, GgufLoraAdapterShowsItsInvocationTokens) {
   const Result r = inspect({alora});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has_line(r.out, R"(adapter: .*inspect_alora\.gguf \(GGUF\))")) << r.out;
-  EXPECT_TRUE(has_line(r.out, R"( +activation +activated LoRA \(aLoRA\).*does not run it yet)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +activation +activated LoRA \(aLoRA\): from the last occurrence.*context rows are base rows)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"( +invocation tokens +\[1, 2\] \(2\))")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"( +invocation text +\(pass --model to see it\))")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"( +blk\.0\.attn_v\.weight\.lora_a +F32 +\[1, 8\] +32)")) << r.out;

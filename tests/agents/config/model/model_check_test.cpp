@@ -1,15 +1,21 @@
 // tests/agents/config/model/model_check_test.cpp: the model-aware check of a session config
 // on the real model and role adapters: react_qa.yaml passes; adapters whose k/v A differ
 // are refused in base_lr_shared with the engine's message at the YAML place of the agent's
-// adapter; a broken adapter or model file is refused at its key. No model weights load.
+// adapter; a broken adapter or model file is refused at its key; activated LoRA (aLoRA)
+// adapters need no shared A, but an aLoRA agent's turn must invoke its adapter. No model
+// weights load.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "lorakv/agents/config/load_session_config.h"
 #include "lorakv/agents/config_model_check.h"
+#include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/formats/gguf_file.h"
+#include "lorakv/formats/tokenizer_gguf.h"
 #include "tests/support/gguf_builder.h"
 #include "tests/support/test_settings.h"
 
@@ -93,6 +99,44 @@ TEST(ConfigModelCheck, BrokenFilesAreRefusedAtTheirKey) {
                {"session.yaml:1:1", "[model.path]", fake});
   // Not std::filesystem::remove: linked with libtorch, that binds to its broken exported copy.
   std::remove(fake.c_str());
+}
+
+// The all-linear `role` adapter's files as an aLoRA PEFT directory invoked by `invocation`.
+std::string alora_copy(const std::string& role, const std::string& invocation) {
+  const auto file = formats::GgufFile::open(lorakv::testing::test_setting("LORAKV_MODEL"));
+  const std::vector<int32_t> ids = formats::tokenizer_from_gguf(*file).encode(invocation);
+  const fs::path from = source_dir() / "assets" / "role_adapters" / "all_linear" / role;
+  const fs::path to = lorakv::testing::temp_path("config-model-check-alora-" + role);
+  fs::create_directories(to);
+  fs::copy_file(from / "adapter_model.safetensors", to / "adapter_model.safetensors", fs::copy_options::overwrite_existing);
+  std::stringstream config;
+  config << std::ifstream(from / "adapter_config.json").rdbuf();
+  std::string json = config.str(), list = "[";
+  for (size_t i = 0; i < ids.size(); ++i) list += (i ? ", " : "") + std::to_string(ids[i]);
+  const std::string key = "\"alora_invocation_tokens\": null";  // as PEFT writes a standard LoRA
+  const size_t at = json.find(key);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) json.replace(at, key.size(), "\"alora_invocation_tokens\": " + list + "]");
+  std::ofstream(to / "adapter_config.json") << json;
+  return to.string();
+}
+
+TEST(ConfigModelCheck, ActivatedLoraAgentsNeedNoSharedAButMustInvokeTheirAdapter) {
+  const std::string planner = alora_copy("planner", "<|im_start|>planner\n");
+  const std::string actor = alora_copy("actor", "<|im_start|>actor\n");
+  std::string yaml = role_config("all_linear", "base_lr_shared");
+  const fs::path roles = source_dir() / "assets" / "role_adapters" / "all_linear";
+  yaml.replace(yaml.find((roles / "planner").string()), (roles / "planner").string().size(), planner);
+  yaml.replace(yaml.find((roles / "actor").string()), (roles / "actor").string().size(), actor);
+  // The same factors that base_lr_shared refuses as standard adapters (test above) serve as aLoRA.
+  EXPECT_NO_THROW(check_config_against_model(load(yaml)));
+  std::string misnamed = yaml;
+  misnamed.replace(misnamed.find("  actor: {adapter: actor}"), std::string("  actor: {adapter: actor}").size(),
+                   "  critic: {adapter: actor}");
+  misnamed.replace(misnamed.find("actor: actor}\n"), std::string("actor: actor}\n").size(), "actor: critic}\n");
+  expect_error([&] { check_config_against_model(load(misnamed)); },
+               {"[agents.critic.adapter]", "agent 'critic' uses an activated LoRA whose invocation tokens are not in its turn",
+                "'<|im_start|>actor\\n'", "'<|im_start|>critic\\n'", "name the agent by the turn the adapter was trained on"});
 }
 
 }  // namespace
