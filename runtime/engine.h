@@ -8,6 +8,10 @@
 //   - run private tokens after it: their instruction and their reply so far, kept as their
 //     own full rows, which the fused kernel reads after the shared rows;
 //   - commit their reply: it is appended to the context for everyone, and the private rows go.
+// An activated LoRA (aLoRA) reader is the base model for everything about the context (base
+// rows, no residual rows, in every mode); only its private work runs with the adapter, from
+// the last occurrence of its invocation tokens in its first private work on, which must hold
+// them (docs/sharing_modes.md, "Activated LoRA").
 // One step (Engine::step) runs any mix of that work over any contexts as one batched
 // forward: the step is planned once (cache rows reserved, block tables and the rows each
 // reader sees), then every layer runs with that plan, and each layer's attention is one

@@ -26,7 +26,10 @@ N agents (LoRA adapters) on one shared trajectory of real text, in every sharing
 (full, full_shared, base_shared, base_lr_shared): KV bytes measured from the cache's pools
 next to the closed form and the ratio against N full caches; teacher-forced fidelity
 against full (per-token KL, top-1 agreement) with the trained role adapters; time to first
-token of a joining agent and aggregate decode of 8 agents, as ratios against full.
+token of a joining agent and aggregate decode of 8 agents, as ratios against full. Each
+part also runs activated LoRA (aLoRA) twins of the adapters (the same factors, invoked by
+their turn header): 1 to 16 aLoRA agents on the longest trajectory, their fidelity against
+their own exact forward, and their time to first token and decode.
 Writes memory.csv, fidelity.csv, latency.csv and memory.png under --out. Run it with
 nothing else on the machine: the timings are ratios measured in one run.
 
