@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Train the six role adapters in LRAgent's order (planner first; the shared-A set's actor and
 # reflector reuse the planner's v_proj lora_A, frozen). Run from the repository root:
-#   tools/agentic_qa/train_all.sh [qv_shared_a|all_linear|both]   (default both)
+#   tools/agentic_qa/train_all.sh [qv_shared_a|all_linear|both|alora]   (default both)
+# `alora` trains activated LoRA roles (all-linear, rank 8, invoked by the role's turn header;
+# train_roles.py --alora) into assets/role_adapters/alora.
 # These are the commands that made the committed adapters (each train_log.txt repeats its own).
 # --threads only sets torch's CPU threads; bfloat16 autocast results can differ in the last bits
 # with the thread count. Run on an otherwise idle machine: 2 threads under a parallel build
@@ -24,4 +26,9 @@ if [[ "$WHICH" == all_linear || "$WHICH" == both ]]; then
   $PY --role planner   --targets all $COMMON --out $OUT/all_linear/planner
   $PY --role actor     --targets all $COMMON --out $OUT/all_linear/actor
   $PY --role reflector --targets all $COMMON $REFLECT --out $OUT/all_linear/reflector
+fi
+if [[ "$WHICH" == alora ]]; then
+  $PY --role planner   --targets all --alora $COMMON --out $OUT/alora/planner
+  $PY --role actor     --targets all --alora $COMMON --out $OUT/alora/actor
+  $PY --role reflector --targets all --alora $COMMON $REFLECT --out $OUT/alora/reflector
 fi

@@ -7,7 +7,14 @@ after the role's last trained span. `--shared-a-from DIR` copies v_proj's lora_A
 another adapter (the planner's) and freezes it, as LRAgent does for its shared-A set.
 The saved adapter is PEFT's layout with the tensors rewritten in float16.
 
-usage: train_roles.py --role planner --targets q_proj,v_proj --out DIR [--shared-a-from DIR] ...
+`--alora` trains an activated LoRA (PEFT's alora_invocation_tokens = the role's turn header
+"<|im_start|>{role}\n"): it adapts only from the last occurrence of its header on, so its
+K/V over the shared trajectory are the base model's and lorakv shares them exactly
+(docs/sharing_modes.md). Only the span after the last header is adapted, so each
+(trajectory, role span) is one example, cut after that span, with that span's loss; the
+optimizer steps and batch stay those of the standard sets (more, shorter examples).
+
+usage: train_roles.py --role planner --targets q_proj,v_proj --out DIR [--shared-a-from DIR] [--alora] ...
 """
 from __future__ import annotations
 
@@ -65,6 +72,23 @@ def build_example(tok: Tokenizer, rec: dict[str, Any], role: str, verdict_ids: t
     return ids[:end], pos, wts
 
 
+def span_examples(example: Example, starts: list[int]) -> list[Example]:
+    """An aLoRA role's examples: one per span of `example` (label runs starting at `starts`),
+    each cut after its span with that span's labels only."""
+    ids, pos, wts = example
+    out: list[Example] = []
+    for k, first in enumerate(starts):
+        last = starts[k + 1] if k + 1 < len(starts) else len(pos)
+        span_pos, span_wts = pos[first:last], wts[first:last]
+        out.append((ids[:span_pos[-1] + 2], span_pos, span_wts))
+    return out
+
+
+def span_starts(pos: list[int]) -> list[int]:
+    """Indices in `pos` where a new run of consecutive label positions begins."""
+    return [i for i in range(len(pos)) if i == 0 or pos[i] != pos[i - 1] + 1]
+
+
 def batches(examples: list[Example], batch: int, steps: int,
             rng: random.Random) -> list[list[int]]:
     """`steps` batches of example indices: epochs of shuffled data, similar lengths grouped."""
@@ -97,12 +121,23 @@ def collate(examples: list[Example], idx: list[int]) -> tuple[torch.Tensor, ...]
     return x, rows_t, cols_t, x[rows_t, cols_t + 1], torch.tensor(wts, dtype=torch.float32)
 
 
-def role_logits(lm: Any, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, bf16: bool) -> torch.Tensor:
+def role_logits(lm: Any, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, bf16: bool,
+                peft_model: Any = None) -> torch.Tensor:
     """Logits [labels, V] (float32) at the label positions; the LM head runs only there.
 
     Right padding needs no attention mask: causal attention keeps pads out of real tokens.
+    With `peft_model` (an aLoRA), each row's activation offset is found as PEFT's forward finds
+    it (the last occurrence of the invocation tokens) and passed to the LoRA layers: calling
+    the decoder directly bypasses PEFT's forward, and without offsets aLoRA adapts nothing.
     """
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    from contextlib import nullcontext
+    hooks = nullcontext()
+    if peft_model is not None:
+        from peft.tuners.lora.variants import calculate_alora_offsets
+        offsets = calculate_alora_offsets(peft_model.peft_config, peft_model.active_adapter, x)
+        assert all(o is not None for o in offsets), "a training row without its invocation tokens"
+        hooks = peft_model.base_model._enable_peft_forward_hooks(alora_offsets=offsets)
+    with hooks, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         h = lm.model(input_ids=x).last_hidden_state
         return lm.lm_head(h[rows, cols]).float()
 
@@ -113,7 +148,8 @@ def weighted_ce(logits: torch.Tensor, tgt: torch.Tensor, wts: torch.Tensor) -> t
     return (ce * wts).sum() / wts.sum()
 
 
-def evaluate(lm: Any, val: list[Example], batch: int, verdict_ids: tuple[int, ...]) -> tuple[float, int, int, int]:
+def evaluate(lm: Any, val: list[Example], batch: int, verdict_ids: tuple[int, ...],
+             peft_model: Any = None) -> tuple[float, int, int, int]:
     """(mean label loss, label count, verdicts right, verdicts) on val, float32, unweighted loss.
 
     A verdict is right when its gold token is the argmax (greedy decoding would emit it).
@@ -123,7 +159,7 @@ def evaluate(lm: Any, val: list[Example], batch: int, verdict_ids: tuple[int, ..
         for b in range(0, len(val), batch):
             idx = list(range(b, min(len(val), b + batch)))
             x, rows, cols, tgt, _ = collate(val, idx)
-            logits = role_logits(lm, x, rows, cols, False)
+            logits = role_logits(lm, x, rows, cols, False, peft_model)
             tot += torch.nn.functional.cross_entropy(logits, tgt, reduction="sum").item()
             cnt += len(tgt)
             is_verdict = torch.tensor([int(t) in verdict_ids for t in tgt])
@@ -168,7 +204,11 @@ def main() -> int:
     ap.add_argument("--verdict-weight", type=float, default=1.0,
                     help="loss weight of the reflector's right/wrong token (others weigh 1)")
     ap.add_argument("--eval-every", type=int, default=0, help="log val loss (and verdict accuracy) every N steps")
+    ap.add_argument("--alora", action="store_true",
+                    help="an activated LoRA invoked by the role's turn header: one example per role span")
     args = ap.parse_args()
+    if args.alora and args.shared_a_from is not None:
+        ap.error("--alora reads no residual rows: a shared A means nothing for it (drop --shared-a-from)")
 
     t_start = time.time()
     torch.manual_seed(args.seed)
@@ -194,20 +234,28 @@ def main() -> int:
 
     def examples(split: str) -> list[Example]:
         recs = read_jsonl(args.data / f"{split}.jsonl")
-        return [e for e in (build_example(tok, r, args.role, verdict_ids, args.verdict_weight) for r in recs) if e]
+        whole = [e for e in (build_example(tok, r, args.role, verdict_ids, args.verdict_weight) for r in recs) if e]
+        if not args.alora:
+            return whole
+        return [s for e in whole for s in span_examples(e, span_starts(e[1]))]
 
     train = examples("train")
     val = examples("val")[:args.val_n]
     n_tok = sum(len(e[0]) for e in train) / len(train)
     n_lab = sum(len(e[1]) for e in train) / len(train)
-    log(f"data: {len(train)} train examples (mean {n_tok:.1f} tokens, {n_lab:.1f} label tokens), {len(val)} val")
+    log(f"data: {len(train)} train examples (mean {n_tok:.1f} tokens, {n_lab:.1f} label tokens), {len(val)} val"
+        + (" (aLoRA: one per role span)" if args.alora else ""))
 
     from peft import LoraConfig, get_peft_model
 
     base = load_base_model()
+    invocation = tok.encode(f"<|im_start|>{args.role}\n") if args.alora else None
     cfg = LoraConfig(r=args.rank, lora_alpha=args.alpha, target_modules=targets, lora_dropout=0.0,
-                     bias="none", task_type="CAUSAL_LM")
+                     bias="none", task_type="CAUSAL_LM", alora_invocation_tokens=invocation)
     model = get_peft_model(base, cfg)
+    alora_model = model if args.alora else None
+    if args.alora:
+        log(f"aLoRA: invocation tokens {invocation} (the {args.role} turn header)")
     lm = model.base_model.model
     if args.shared_a_from is not None:
         src = load_file(str(args.shared_a_from / "adapter_model.safetensors"))
@@ -240,7 +288,7 @@ def main() -> int:
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         x, rows, cols, tgt, wts = collate(train, idx)
-        loss = weighted_ce(role_logits(lm, x, rows, cols, args.bf16), tgt, wts)
+        loss = weighted_ce(role_logits(lm, x, rows, cols, args.bf16, alora_model), tgt, wts)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
@@ -251,12 +299,12 @@ def main() -> int:
             f"tokens {x.numel()} elapsed {dt:.0f}s throughput {seen_tok / dt:.0f} tok/s")
         if args.eval_every and (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
             model.eval()
-            vl, _, vk, vn = evaluate(lm, val, args.batch, verdict_ids)
+            vl, _, vk, vn = evaluate(lm, val, args.batch, verdict_ids, alora_model)
             model.train()
             log(f"  val loss {vl:.4f}" + (f" verdict {vk}/{vn}" if vn else ""))
 
     model.eval()
-    vl, cnt, vk, vn = evaluate(lm, val, args.batch, verdict_ids)
+    vl, cnt, vk, vn = evaluate(lm, val, args.batch, verdict_ids, alora_model)
     log(f"val loss (fp32, {len(val)} trajectories, {cnt} label tokens): {vl:.4f}"
         + (f", verdict argmax {vk}/{vn}" if vn else ""))
     save_fp16(model, args.out, "HuggingFaceTB/SmolLM2-135M-Instruct")
