@@ -21,10 +21,12 @@ greedy decode from the gold prefix would reproduce). Metrics per role:
   `verdict_if_right` / `verdict_if_wrong` (`verdict` on the trajectories whose gold verdict is
   that word), `turn_exact`.
 
-The base model (adapters disabled) is scored on the same spans. Output: a CSV with counts,
+The base model (adapters disabled) is scored on the same spans. An activated LoRA set (adapters
+with PEFT's `alora_invocation_tokens`, such as `alora`) adapts only from the last invocation on,
+so each of its spans is scored in its own forward, the trajectory cut after it. Output: a CSV with counts,
 accuracies and 95% Wilson intervals.
 
-usage: evaluate_roles.py [--sets qv_shared_a,all_linear] [--no-base] [--split test] [--n 360]
+usage: evaluate_roles.py [--sets qv_shared_a,all_linear,alora] [--no-base] [--split test] [--n 360]
                          [--roles planner,actor,reflector] [--threads 1] --out FILE
 """
 from __future__ import annotations
@@ -34,12 +36,15 @@ import csv
 import sys
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (ADAPTER_DIR, DATA_DIR, IM_END_ID, ROLES, Segment, Tokenizer,  # noqa: E402
                     flatten, load_base_model, read_jsonl, tokenize_turns, turns_of, wilson)
+
+from alora_forward import invocation_tokens, offsets_hooks  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -122,31 +127,43 @@ def prepare(tok: Tokenizer, rec: dict[str, Any]) -> tuple[list[int], list[tuple[
     return flatten(segs), spans
 
 
-def forward_logits(lm: Any, seqs: list[list[int]], positions: list[list[int]]) -> list[torch.Tensor]:
-    """Logits [len(positions[b]), V] at the given positions of each sequence (one padded batch)."""
+def forward_logits(lm: Any, seqs: list[list[int]], positions: list[list[int]],
+                   peft_model: Any = None) -> list[torch.Tensor]:
+    """Logits [len(positions[b]), V] at the given positions of each sequence (one padded batch).
+
+    With `peft_model` whose active adapter is an aLoRA, each row is adapted from its last
+    invocation on, as PEFT's forward does (right padding adds no invocation).
+    """
     T = max(len(s) for s in seqs)
     x = torch.full((len(seqs), T), PAD_ID, dtype=torch.long)
     for b, s in enumerate(seqs):
         x[b, :len(s)] = torch.tensor(s)
-    with torch.no_grad():
+    hooks = offsets_hooks(peft_model, x) if peft_model is not None else nullcontext()
+    with torch.no_grad(), hooks:
         h = lm.model(input_ids=x).last_hidden_state
         return [lm.lm_head(h[b, torch.tensor(p, dtype=torch.long)]).float() for b, p in enumerate(positions)]
 
 
 def score(recs: list[tuple[list[int], list]], lm: Any, roles: tuple[str, ...], scorer: Scorer,
-          batch: int, counts: dict[tuple[str, str], list[int]]) -> None:
-    """Add (correct, total) per (role, metric) for the spans of `roles`, one forward per trajectory."""
+          batch: int, counts: dict[tuple[str, str], list[int]], peft_model: Any = None,
+          per_span: bool = False) -> None:
+    """Add (correct, total) per (role, metric) for the spans of `roles`.
+
+    One forward per trajectory, or with `per_span` (aLoRA, adapted only after its last
+    invocation) one per role span, the trajectory cut after that span: the span's own header
+    is then the last invocation, as when the agent generates it.
+    """
     work = []
     for ids, spans in recs:
         mine = [sp for sp in spans if sp[0] in roles]
-        if not mine:
-            continue
-        end = max(p + len(sids) for _, p, _, sids in mine)
-        pos = [p + j - 1 for _, p, _, sids in mine for j in range(len(sids))]
-        work.append((ids[:end], pos, mine))
+        groups = [[sp] for sp in mine] if per_span else ([mine] if mine else [])
+        for group in groups:
+            end = max(p + len(sids) for _, p, _, sids in group)
+            pos = [p + j - 1 for _, p, _, sids in group for j in range(len(sids))]
+            work.append((ids[:end], pos, group))
     for b in range(0, len(work), batch):
         chunk = work[b:b + batch]
-        logits = forward_logits(lm, [w[0] for w in chunk], [w[1] for w in chunk])
+        logits = forward_logits(lm, [w[0] for w in chunk], [w[1] for w in chunk], peft_model)
         for (ids, _, mine), lg in zip(chunk, logits):
             off = 0
             for role, p, fields, sids in mine:
@@ -217,7 +234,9 @@ def main() -> int:
             peft_model.set_adapter(name)
             peft_model.eval()
             counts = defaultdict(lambda: [0, 0])
-            score(recs, peft_model.base_model.model, (role,), scorer, args.batch, counts)
+            alora = invocation_tokens(peft_model, name) is not None
+            score(recs, peft_model.base_model.model, (role,), scorer, args.batch, counts,
+                  peft_model=peft_model, per_span=alora)
             emit(set_name, "adapter", counts)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

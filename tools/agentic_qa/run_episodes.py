@@ -8,12 +8,14 @@ split's knowledge base, Calculate on `a - b`); its output is appended as a tool 
 After a Finish the reflector generates its verdict and the episode ends. Decoding is
 greedy; generated tokens are appended as generated (with <|im_end|> forced if the turn
 hits the token limit), then "\\n". Every agent keeps its own KV cache of the whole
-trajectory (lorakv's `full` mode, exact), so it only prefills tokens it has not seen.
+trajectory (lorakv's `full` mode, exact), so it only prefills tokens it has not seen; an
+activated LoRA set (`--set alora`) shares one base cache instead (see `Episode`), which is
+exactly PEFT's aLoRA forward.
 
 Success: the Finish argument equals the gold answer. Also reported: whether the
 reflector's verdict agrees with the episode's actual correctness.
 
-usage: run_episodes.py [--set qv_shared_a] [--split test] [--n 100] --out FILE
+usage: run_episodes.py [--set qv_shared_a|all_linear|alora] [--split test] [--n 100] --out FILE
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import argparse
 import csv
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,42 +32,77 @@ from common import (ADAPTER_DIR, DATA_DIR, IM_END_ID, ROLES, Tokenizer, Turn, he
                     flatten, load_base_model, parse_action, read_jsonl, tokenize_turns, wilson)
 from generate_data import calc  # noqa: E402
 
+from alora_forward import adapt_last_hooks, invocation_tokens  # noqa: E402
+
 import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 
 class Episode:
-    """One trajectory's token ids and each agent's KV cache over a prefix of them."""
+    """One trajectory's token ids and each agent's KV cache over a prefix of them.
 
-    def __init__(self, tok: Tokenizer, question: str, system: str) -> None:
+    Standard LoRA agents keep their own exact caches (lorakv's `full` mode). Activated LoRA
+    agents (`alora`) share one cache holding the base model's K/V of the trajectory: PEFT's
+    aLoRA runs everything before an agent's last invocation (its turn header) through the base
+    weights, so that is exactly what each of them reads. A turn runs the header and the reply
+    with the adapter on top of it, then drops those rows; the next turn processes the reply
+    with the base weights as part of the trajectory, as PEFT's forward over the whole sequence
+    would.
+    """
+
+    def __init__(self, tok: Tokenizer, question: str, system: str, alora: bool = False) -> None:
         self.tok = tok
         self.ids = flatten(tokenize_turns(tok, [Turn("system", system), Turn("user", question)]))
+        self.alora = alora
         self.caches: dict[str, DynamicCache] = {r: DynamicCache() for r in ROLES}
+        self.base_cache = DynamicCache()
         self.nl = tok.encode("\n")
         self.log: list[str] = []
 
     def generate(self, model: Any, adapter: str, role: str, max_new: int) -> str:
         """Append the role's header, decode greedily until <|im_end|>, append the turn; its text."""
-        self.ids += self.tok.encode(header(role))
         model.set_adapter(adapter)
         lm = model.base_model.model
-        cache = self.caches[role]
-        new = self.ids[cache.get_seq_length():]
-        gen: list[int] = []
+        hdr = self.tok.encode(header(role))
         with torch.no_grad():
-            out = lm(input_ids=torch.tensor([new]), past_key_values=cache, use_cache=True, logits_to_keep=1)
-            for _ in range(max_new):
-                nxt = int(out.logits[0, -1].argmax())
-                gen.append(nxt)
-                if nxt == IM_END_ID:
-                    break
-                out = lm(input_ids=torch.tensor([[nxt]]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+            if self.alora:
+                gen = self._generate_alora(model, lm, hdr, max_new)
+            else:
+                self.ids += hdr
+                gen = self._decode(lm, self.caches[role], self.ids[self.caches[role].get_seq_length():], max_new)
         if gen[-1] != IM_END_ID:
             gen.append(IM_END_ID)
         self.ids += gen + self.nl
         text = self.tok.decode(gen[:-1])
         self.log.append(f"[{role}] {text}")
         return text
+
+    def _generate_alora(self, model: Any, lm: Any, hdr: list[int], max_new: int) -> list[int]:
+        """The trajectory through the base weights, then header and reply with the adapter."""
+        cache = self.base_cache
+        context = self.ids[cache.get_seq_length():]
+        if context:  # no offsets: PEFT's aLoRA layers run the base weights only
+            lm(input_ids=torch.tensor([context]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        self.ids += hdr
+        gen = self._decode(lm, cache, hdr, max_new, model)
+        cache.crop(-(len(hdr) + len(gen) - 1))  # the adapter's rows: header and fed reply tokens
+        return gen
+
+    @staticmethod
+    def _decode(lm: Any, cache: DynamicCache, new: list[int], max_new: int, alora_model: Any = None) -> list[int]:
+        """Feed `new`, then greedy tokens until <|im_end|> or max_new; the generated ids.
+
+        With `alora_model`, every fed token is adapted (they all follow the invocation)."""
+        def step(ids: list[int]) -> int:
+            hooks = adapt_last_hooks(alora_model, 1, len(ids)) if alora_model is not None else nullcontext()
+            with hooks:
+                out = lm(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+            return int(out.logits[0, -1].argmax())
+
+        gen = [step(new)]
+        while gen[-1] != IM_END_ID and len(gen) < max_new:
+            gen.append(step([gen[-1]]))
+        return gen
 
     def tool(self, text: str) -> None:
         """Append a tool turn."""
@@ -73,10 +111,10 @@ class Episode:
 
 
 def run_one(model: Any, set_name: str, tok: Tokenizer, rec: dict[str, Any], kb: dict[str, str],
-            max_rounds: int, max_new: int) -> dict[str, Any]:
+            max_rounds: int, max_new: int, alora: bool = False) -> dict[str, Any]:
     """Play one episode; a row for the CSV."""
     system = rec["turns"][0]["text"]
-    ep = Episode(tok, rec["question"], system)
+    ep = Episode(tok, rec["question"], system, alora)
     name = lambda r: f"{set_name}__{r}"  # noqa: E731
     answer, verdict, rounds, consistent = None, None, 0, True
     for rounds in range(1, max_rounds + 1):
@@ -136,10 +174,14 @@ def main() -> int:
         else:
             model.load_adapter(path, adapter_name=f"{args.set}__{role}")
     model.eval()
+    kinds = {invocation_tokens(model, f"{args.set}__{r}") is not None for r in ROLES}
+    if len(kinds) != 1:
+        ap.error(f"set {args.set!r} mixes activated and standard LoRA adapters")
+    alora = kinds.pop()
 
     rows = []
     for i, rec in enumerate(recs):
-        row = run_one(model, args.set, tok, rec, kb, args.max_rounds, args.max_new)
+        row = run_one(model, args.set, tok, rec, kb, args.max_rounds, args.max_new, alora)
         rows.append(dict(set=args.set, **row))
         k = sum(r["success"] for r in rows)
         print(f"{i + 1}/{len(recs)} success {row['success']} ({k}/{i + 1}) answer={row['answer']!r} "

@@ -25,12 +25,15 @@ import random
 import shlex
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (DATA_DIR, REPO, ROLES, VERDICTS, Tokenizer, load_base_model,  # noqa: E402
                     read_jsonl, tokenize_turns, turns_of)
+
+from alora_forward import offsets_hooks  # noqa: E402
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
@@ -130,13 +133,7 @@ def role_logits(lm: Any, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
     it (the last occurrence of the invocation tokens) and passed to the LoRA layers: calling
     the decoder directly bypasses PEFT's forward, and without offsets aLoRA adapts nothing.
     """
-    from contextlib import nullcontext
-    hooks = nullcontext()
-    if peft_model is not None:
-        from peft.tuners.lora.variants import calculate_alora_offsets
-        offsets = calculate_alora_offsets(peft_model.peft_config, peft_model.active_adapter, x)
-        assert all(o is not None for o in offsets), "a training row without its invocation tokens"
-        hooks = peft_model.base_model._enable_peft_forward_hooks(alora_offsets=offsets)
+    hooks = offsets_hooks(peft_model, x) if peft_model is not None else nullcontext()
     with hooks, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         h = lm.model(input_ids=x).last_hidden_state
         return lm.lm_head(h[rows, cols]).float()
