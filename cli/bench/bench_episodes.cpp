@@ -48,9 +48,10 @@ evaluation, not part of make test; run it with nothing else on the machine.
 flags:
   --model FILE      GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
   --assets DIR      data, role adapters, reference episodes (default assets)
-  --set NAME        qv_shared_a or all_linear (default qv_shared_a)
+  --set NAME        qv_shared_a, all_linear or alora (activated LoRA roles; default
+                    qv_shared_a)
   --modes LIST      mode[:writer] list (default: full, full_shared, base_shared with
-                    writers first and base, and base_lr_shared for qv_shared_a)
+                    writers first and base, and base_lr_shared for qv_shared_a and alora)
   --n N             first N test questions (default 360)
   --concurrency C   sessions at once (default 16)
   --max-rounds N    planner+actor rounds per episode (default 6, as the Python runner)
@@ -268,11 +269,13 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
   const std::string model = a.get("--model").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
   const std::string assets = a.get("--assets").value_or("assets");
   const std::string set = a.get("--set").value_or("qv_shared_a");
-  if (set != "qv_shared_a" && set != "all_linear") {
-    throw ConfigError("unknown adapter set", {"", "--set", "qv_shared_a or all_linear", set, ""});
+  if (set != "qv_shared_a" && set != "all_linear" && set != "alora") {
+    throw ConfigError("unknown adapter set", {"", "--set", "qv_shared_a, all_linear or alora", set, ""});
   }
+  // base_lr_shared serves adapters with one A (the shared-A set) or none cached (aLoRA).
+  const bool serves_base_lr = set == "qv_shared_a" || set == "alora";
   const std::string default_modes = std::string("full,full_shared:first,full_shared:base,base_shared:first,base_shared:base") +
-                                    (set == "qv_shared_a" ? ",base_lr_shared:first,base_lr_shared:base" : "");
+                                    (serves_base_lr ? ",base_lr_shared:first,base_lr_shared:base" : "");
   const std::vector<ModeSpec> modes = parse_modes(a.get("--modes").value_or(default_modes));
   const int64_t n = a.get_int("--n", 360, 1, 360);
   const int64_t concurrency = a.get_int("--concurrency", 16, 1, 256);

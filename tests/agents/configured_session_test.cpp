@@ -2,7 +2,9 @@
 // through the same calls `lorakv run` makes, one capped episode per sharing mode: in `full`
 // the trajectory is the Python runner's for this question (assets/role_adapters/eval/
 // episodes.csv, test-00094) and the answer is right; every mode runs to an end within its
-// step limit. A mode that cannot serve an adapter is refused at the agent's YAML place.
+// step limit. A mode that cannot serve an adapter is refused at the agent's YAML place. The
+// activated LoRA example (configs/react_qa_alora.yaml) plays PEFT's aLoRA episode
+// (run_episodes.py --set alora) in base_shared and full, since its agents read the base rows exactly.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -60,6 +62,36 @@ TEST(ConfiguredSession, ReactExampleRunsInEveryMode) {
       EXPECT_EQ(run.result.answer.value_or(""), "Bro Vukror");
       EXPECT_EQ(run.react->verdict, "right");
     }
+    session->close();
+  }
+}
+
+// PEFT's transcript of test-00094 with the activated LoRA roles (run_episodes.py --set alora:
+// one cache of base K/V, each turn's header and reply adapted; greedy). The standard sets
+// write the same words here, so this shows the example runs end to end in every mode; the
+// activation itself is checked token by token in tests/runtime/engine_alora_test.cpp and
+// against PEFT in tests/adapters/alora_parity_test.cpp.
+const char* kPythonAloraTranscript =
+    "[planner] Thought: look up Thou Futrel.\nAction: Lookup | [actor] Lookup[Thou Futrel] | [tool] Thou Futrel: born "
+    "1705, lives in Quegou, works as baker. | [planner] Thought: look up Quegou.\nAction: Lookup | [actor] "
+    "Lookup[Quegou] | [tool] Quegou: city founded 1145, mayor Bro Vukror. | [planner] Thought: I know the "
+    "answer.\nAction: Finish | [actor] Finish[Bro Vukror] | [reflector] Given: Bro Vukror. Expected: Bro "
+    "Vukror.\nVerdict: right.";
+
+// aLoRA agents read one base cache of the trajectory with no approximation, so the shared
+// modes play the same episode as `full` and as PEFT, token for token (the standard sets'
+// shared modes change most episodes: bench/results/agentic_qa/episodes.md).
+TEST(ConfiguredSession, AloraReactExampleIsPeftsEpisodeSharedAndInFull) {
+  std::unique_ptr<Runtime> rt;
+  for (const char* mode : {"base_shared", "full"}) {  // the file's mode; bench episodes runs the rest
+    SCOPED_TRACE(mode);
+    config::SessionConfig c = example("react_qa_alora.yaml");
+    c.cache.mode = mode;
+    if (!rt) rt = std::make_unique<Runtime>(runtime_options(c));
+    auto session = open_configured_session(*rt, c);
+    const ConfiguredRun run = run_configured_workflow(*session, c, configured_tools(c), "");
+    EXPECT_EQ(transcript(run.result), kPythonAloraTranscript);
+    EXPECT_EQ(run.result.answer.value_or(""), "Bro Vukror");
     session->close();
   }
 }
