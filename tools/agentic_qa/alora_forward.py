@@ -25,12 +25,14 @@ def invocation_tokens(peft_model: Any, adapter_name: str) -> list[int] | None:
     return list(tokens) if tokens else None
 
 
-def offsets_hooks(peft_model: Any, input_ids: torch.Tensor) -> AbstractContextManager:
+def offsets_hooks(peft_model: Any | None, input_ids: torch.Tensor) -> AbstractContextManager:
     """Activate the active aLoRA adapter from its last invocation in each row of input_ids [B, T].
 
     A row without the invocation would silently run the base model: refused, since every caller
-    here builds rows that contain it. A standard LoRA needs no hooks.
+    here builds rows that contain it. No model (the base alone) or a standard LoRA needs no hooks.
     """
+    if peft_model is None:
+        return nullcontext()
     name = peft_model.active_adapter
     if invocation_tokens(peft_model, name) is None:
         return nullcontext()
@@ -42,8 +44,8 @@ def offsets_hooks(peft_model: Any, input_ids: torch.Tensor) -> AbstractContextMa
     return peft_model.base_model._enable_peft_forward_hooks(alora_offsets=offsets)
 
 
-def adapt_last_hooks(peft_model: Any, rows: int, n: int) -> AbstractContextManager:
+def adapt_last_hooks(peft_model: Any | None, rows: int, n: int) -> AbstractContextManager:
     """Adapt the last n positions of each of `rows` rows with the active adapter (aLoRA only)."""
-    if invocation_tokens(peft_model, peft_model.active_adapter) is None:
+    if peft_model is None or invocation_tokens(peft_model, peft_model.active_adapter) is None:
         return nullcontext()
     return peft_model.base_model._enable_peft_forward_hooks(alora_offsets=[n] * rows)

@@ -36,7 +36,6 @@ import csv
 import sys
 import time
 from collections import defaultdict
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +137,7 @@ def forward_logits(lm: Any, seqs: list[list[int]], positions: list[list[int]],
     x = torch.full((len(seqs), T), PAD_ID, dtype=torch.long)
     for b, s in enumerate(seqs):
         x[b, :len(s)] = torch.tensor(s)
-    hooks = offsets_hooks(peft_model, x) if peft_model is not None else nullcontext()
-    with torch.no_grad(), hooks:
+    with torch.no_grad(), offsets_hooks(peft_model, x):
         h = lm.model(input_ids=x).last_hidden_state
         return [lm.lm_head(h[b, torch.tensor(p, dtype=torch.long)]).float() for b, p in enumerate(positions)]
 

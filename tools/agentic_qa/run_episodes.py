@@ -23,7 +23,6 @@ import argparse
 import csv
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +93,7 @@ class Episode:
 
         With `alora_model`, every fed token is adapted (they all follow the invocation)."""
         def step(ids: list[int]) -> int:
-            hooks = adapt_last_hooks(alora_model, 1, len(ids)) if alora_model is not None else nullcontext()
-            with hooks:
+            with adapt_last_hooks(alora_model, 1, len(ids)):
                 out = lm(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True, logits_to_keep=1)
             return int(out.logits[0, -1].argmax())
 

@@ -25,7 +25,6 @@ import random
 import shlex
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +132,7 @@ def role_logits(lm: Any, x: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
     it (the last occurrence of the invocation tokens) and passed to the LoRA layers: calling
     the decoder directly bypasses PEFT's forward, and without offsets aLoRA adapts nothing.
     """
-    hooks = offsets_hooks(peft_model, x) if peft_model is not None else nullcontext()
-    with hooks, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with offsets_hooks(peft_model, x), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         h = lm.model(input_ids=x).last_hidden_state
         return lm.lm_head(h[rows, cols]).float()
 
