@@ -106,6 +106,8 @@ JsonValue eviction_json(const EvictionConfig& c) {
   put(o, "leverage_rank", integer(c.leverage_rank));
   put(o, "capkv_tau", real(c.capkv_tau));
   put(o, "capkv_future_positions", integer(c.capkv_future_positions));
+  put(o, "window_growth", real(c.window_growth));
+  put(o, "loss_bound", JsonValue::make_bool(c.loss_bound));
   return JsonValue::make_object(std::move(o));
 }
 
@@ -132,6 +134,9 @@ EvictionConfig eviction_from_json(const std::string& path, const JsonValue& o) {
   c.leverage_rank = o.at("leverage_rank").as_int();
   c.capkv_tau = o.at("capkv_tau").as_double();
   c.capkv_future_positions = o.at("capkv_future_positions").as_int();
+  // Added after format 2 first shipped; a file without them had neither.
+  if (const JsonValue* g = o.find("window_growth")) c.window_growth = g->as_double();
+  if (const JsonValue* b = o.find("loss_bound")) c.loss_bound = b->as_bool();
   try {
     c.check("eviction");
   } catch (const ConfigError& e) {

@@ -126,7 +126,13 @@ void check_policy_name(const std::string& policy, const CliArgs& args) {
 const std::set<std::string>& eviction_value_flags() {
   static const std::set<std::string> flags = {"--policy",        "--budget",       "--sinks",      "--window",
                                               "--scoring",       "--layer-budgets", "--pyramid-beta", "--head-floor",
-                                              "--leverage-rank", "--capkv-tau", "--capkv-future-positions"};
+                                              "--leverage-rank", "--capkv-tau", "--capkv-future-positions",
+                                              "--window-growth"};
+  return flags;
+}
+
+const std::set<std::string>& eviction_bool_flags() {
+  static const std::set<std::string> flags = {"--loss-bound"};
   return flags;
 }
 
@@ -144,6 +150,10 @@ const char* eviction_flags_help() {
   --sinks N                 first positions never evicted (default 4)
   --window N                newest rows never evicted (default 16); the snapkv family's
                             observation window
+  --window-growth G         during a reply the protected window grows by G rows per reply
+                            token, up to the budget less the sinks (default 0: fixed)
+  --loss-bound              report the eviction loss bound (a bound on each head's attention
+                            output change from the rows evicted; costs a second QK pass)
   --scoring sum|max|writer  whose attention scores a shared row: every reader's summed, the max
                             over readers, or the writer's alone (default: sum for h2o, writer for
                             the snapkv family and capkv, which takes only writer)
@@ -166,6 +176,7 @@ EvictionConfig parse_eviction_flags(const CliArgs& args) {
     for (const std::string& flag : eviction_value_flags()) {
       if (flag != "--policy") refuse_without_policy(args, flag);
     }
+    for (const std::string& flag : eviction_bool_flags()) refuse_without_policy(args, flag);
     return config;
   }
   const std::optional<std::string> budget = args.get("--budget");
@@ -176,6 +187,8 @@ EvictionConfig parse_eviction_flags(const CliArgs& args) {
   parse_budget(*budget, args, config);
   config.sinks = args.get_int("--sinks", config.sinks, 0, kMaxTokens);
   config.window = args.get_int("--window", config.window, 0, kMaxTokens);
+  config.window_growth = args.get_double("--window-growth", config.window_growth, 0, 1e6);
+  config.loss_bound = args.has("--loss-bound");
   parse_policy_keys(args, config);
   check_naming_flags(config, args);
   return config;
@@ -191,6 +204,11 @@ std::string describe_eviction(const EvictionConfig& config) {
   }
   std::string text = config.policy + ", " + budget + ", sinks " + std::to_string(config.sinks) + ", window " +
                      std::to_string(config.window);
+  if (config.window_growth > 0) {
+    char growth[48];
+    std::snprintf(growth, sizeof growth, " + %g per reply token", config.window_growth);
+    text += growth;
+  }
   if (config.policy != "streaming_llm" && config.policy != "leverage") text += ", scoring " + config.resolved_scoring();
   if (config.policy == "pyramidkv") text += ", layer budgets " + config.layer_budgets;
   if (config.policy == "adakv") text += ", head floor " + std::to_string(config.head_floor);

@@ -11,8 +11,9 @@
 
 namespace lorakv::cli {
 
-// The value flags of the eviction set, to merge into a command's own.
+// The value flags and the boolean flags of the eviction set, to merge into a command's own.
 const std::set<std::string>& eviction_value_flags();
+const std::set<std::string>& eviction_bool_flags();
 
 // The flags' lines for a command's --help text.
 const char* eviction_flags_help();

@@ -133,7 +133,11 @@ const std::set<std::string>& generate_value_flags() {
 }
 
 const std::set<std::string>& generate_bool_flags() {
-  static const std::set<std::string> flags = {"--chat", "--logprobs", "--memory", "--help"};
+  static const std::set<std::string> flags = [] {
+    std::set<std::string> f = {"--chat", "--logprobs", "--memory", "--help"};
+    f.insert(eviction_bool_flags().begin(), eviction_bool_flags().end());
+    return f;
+  }();
   return flags;
 }
 

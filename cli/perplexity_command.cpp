@@ -111,6 +111,13 @@ void print_summary(const PerplexityOptions& o, size_t text_tokens, const Perplex
                 mib(t.kv_bytes_peak), mib(t.kv_bytes_high_water), mib(t.kv_bytes_final),
                 static_cast<long long>(t.rows_evicted));
   out << line;
+  if (o.eviction.loss_bound) {
+    std::snprintf(line, sizeof line,
+                  "loss bound:  %.4g mean over %lld (layer, head, query) terms of the steps that evicted: a bound on "
+                  "||o - o'||_1 of one head's attention output\n",
+                  t.loss_bound_mean(), static_cast<long long>(t.loss_bound_terms));
+    out << line;
+  }
   std::snprintf(line, sizeof line, "time:        %.2f s, %.1f tokens/s (eviction %.3f s, attention kernel %.2f s)\n",
                 t.seconds, static_cast<double>(t.tokens_processed) / std::max(t.seconds, 1e-9), t.evict_seconds,
                 t.kernel_seconds);
@@ -133,6 +140,7 @@ std::string summary_json(const PerplexityOptions& o, size_t text_tokens, const P
   // is evicted); after_step is what stays between steps.
   j.add("kv_bytes_peak", t.kv_bytes_high_water).add("kv_bytes_peak_after_step", t.kv_bytes_peak);
   j.add("kv_bytes_final", t.kv_bytes_final).add("rows_evicted", t.rows_evicted);
+  if (o.eviction.loss_bound) j.add("loss_bound_mean", t.loss_bound_mean()).add("loss_bound_terms", t.loss_bound_terms);
   j.add("seconds", t.seconds).add("evict_seconds", t.evict_seconds).add("kernel_seconds", t.kernel_seconds);
   j.add("model", o.model_path).add("file", o.text_path).add("threads", static_cast<int64_t>(at::get_num_threads()));
   j.add("vector_path", cpu::vector_path_name(cpu::selected_vector_path()));

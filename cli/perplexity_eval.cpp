@@ -86,6 +86,8 @@ void add_step_stats(const runtime::StepStats& s, PerplexityTotals& t) {
   t.rows_evicted += s.rows_evicted;
   t.evict_seconds += s.evict_seconds;
   t.kernel_seconds += s.kernel_seconds;
+  t.loss_bound += s.loss_bound;
+  t.loss_bound_terms += s.loss_bound_terms;
 }
 
 // One window as a fresh context read by the base model; returns its peak KV bytes after a step.

@@ -46,6 +46,10 @@ struct PerplexityTotals {
   int64_t kv_bytes_final = 0;       // after the last step of the last window, before its release
   int64_t rows_evicted = 0;
   double seconds = 0, evict_seconds = 0, kernel_seconds = 0;
+  // The eviction loss bound (--loss-bound; StepStats::loss_bound), summed, and its terms.
+  double loss_bound = 0;
+  int64_t loss_bound_terms = 0;
+  double loss_bound_mean() const { return loss_bound_terms > 0 ? loss_bound / static_cast<double>(loss_bound_terms) : 0; }
 
   double nll_mean() const { return tokens_scored > 0 ? nll_sum / static_cast<double>(tokens_scored) : 0; }
   double ppl() const { return std::exp(nll_mean()); }

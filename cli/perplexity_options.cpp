@@ -80,7 +80,11 @@ const std::set<std::string>& perplexity_value_flags() {
 }
 
 const std::set<std::string>& perplexity_bool_flags() {
-  static const std::set<std::string> flags = {"--json", "--per-head", "--help"};
+  static const std::set<std::string> flags = [] {
+    std::set<std::string> f = {"--json", "--per-head", "--help"};
+    f.insert(eviction_bool_flags().begin(), eviction_bool_flags().end());
+    return f;
+  }();
   return flags;
 }
 

@@ -319,6 +319,7 @@ void Engine::append(ContextId context, const std::vector<int32_t>& tokens) {
     }
   }
   c.tokens.insert(c.tokens.end(), tokens.begin(), tokens.end());
+  c.output_tokens = 0;
 }
 
 void Engine::remove_reader(ReaderRef ref) {
@@ -377,9 +378,11 @@ int64_t Engine::commit_private(ReaderRef reader) {
   ContextState& c = state_->context(reader.context);
   ReaderState& r = state_->reader(reader);
   const std::vector<int32_t> tokens = r.private_tokens;
+  const int64_t output_tokens = c.output_tokens + static_cast<int64_t>(tokens.size());
   const SeqId target = adoption_target(c, r);
   if (target.valid() && cache_->adopt_suffix(target, r.private_seq)) {
     c.tokens.insert(c.tokens.end(), tokens.begin(), tokens.end());
+    c.output_tokens = output_tokens;
     r.private_seq = SeqId();  // released by adopt_suffix
     r.private_tokens.clear();
     r.private_after = 0;
@@ -389,6 +392,7 @@ int64_t Engine::commit_private(ReaderRef reader) {
   }
   drop_private(reader);
   append(reader.context, tokens);
+  c.output_tokens = output_tokens;  // append starts a new run of text; this one is a reply
   return static_cast<int64_t>(tokens.size());
 }
 

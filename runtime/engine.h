@@ -47,6 +47,7 @@ namespace lorakv::runtime {
 using ContextId = StrongId<struct ContextTag>;
 struct ContextState;  // engine_state.h
 struct ReaderState;
+struct StepMass;      // step_items.h
 
 // One reader of one context.
 struct ReaderRef {
@@ -125,6 +126,13 @@ struct StepStats {
   int64_t rows_evicted = 0, rows_packed = 0;
   std::vector<int64_t> blocks_dropped;
   double evict_seconds = 0;
+  // The eviction loss bound (EvictionConfig::loss_bound; docs/eviction.md): summed over the
+  // contexts evicted after this step, their readers, layers, query heads and the queries whose
+  // mass the kernel returned, a bound on ||o - o'||_1, the change of one head's attention
+  // output for this step's queries had the evicted rows been absent. loss_bound_terms counts
+  // those (layer, query head, query) terms: loss_bound / loss_bound_terms is the mean bound.
+  double loss_bound = 0;
+  int64_t loss_bound_terms = 0;
 };
 
 struct StepResult {
@@ -302,8 +310,9 @@ class Engine {
 
  private:
   void validate_work(const std::vector<StepWork>& work) const;
-  // After a step: every context over its budget evicted down to it (engine_eviction.cpp).
-  void evict_over_budget(StepStats& stats);
+  // After a step: every context over its budget evicted down to it (engine_eviction.cpp);
+  // `mass`: the step's attention mass kept for the loss bound.
+  void evict_over_budget(StepStats& stats, const std::vector<StepMass>& mass);
   SeqId adoption_target(const ContextState& c, const ReaderState& r) const;
 
   const LlamaModel& model_;

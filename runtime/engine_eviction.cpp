@@ -10,6 +10,7 @@
 #include "lorakv/common/logging.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/engine_state.h"
+#include "lorakv/runtime/eviction_bound.h"
 #include "lorakv/runtime/eviction_scores.h"
 
 namespace lorakv::runtime {
@@ -138,9 +139,11 @@ std::vector<float> capacity_lane_scores(const cache::GatheredRows& rows, const a
 
 // The candidates of every lane of `layer` with the scores the policy asks for: the mass
 // the kernel added to the rows, or scores computed here from the rows (leverage, capkv;
-// `anchor`: capkv's float32 [layers, heads, head_dim], rotated, else undefined).
+// `anchor`: capkv's float32 [layers, heads, head_dim], rotated, else undefined), and the rows
+// the protected window gains during a reply (`window_extra`).
 std::vector<LaneCandidates> layer_candidates(const cache::PagedKvCache& cache, const Engine::State& st, SeqId seq,
-                                             int64_t layer, const EvictionPolicy& policy, const at::Tensor& anchor) {
+                                             int64_t layer, const EvictionPolicy& policy, const at::Tensor& anchor,
+                                             int64_t window_extra) {
   const cache::CacheLayout& layout = cache.layout();
   const cache::SequenceState& s = cache.manager().sequence(seq);
   const ScoreSource source = policy.score_source();
@@ -149,6 +152,7 @@ std::vector<LaneCandidates> layer_candidates(const cache::PagedKvCache& cache, c
   for (int64_t g = 0; g < layout.num_groups(); ++g) {
     const cache::BaseLane& l = s.lanes[static_cast<size_t>(layout.lane(layer, g))];
     lanes.push_back(candidates(l, layer, source != ScoreSource::kNone && !from_rows));
+    lanes.back().window_extra = window_extra;
     if (!from_rows || lanes.back().positions.empty()) continue;
     const cache::GatheredRows rows = cache.gather_lane(seq, layer, g);  // live rows, in row order
     std::vector<float>& out = lanes.back().scores;
@@ -196,7 +200,24 @@ std::vector<std::vector<int32_t>> Engine::kept_positions(ContextId context, int3
   return lanes;
 }
 
-void Engine::evict_over_budget(StepStats& stats) {
+namespace {
+
+// The rows past `window` the protected window of a layer with `budget` rows gains after the
+// context's reply tokens: it grows with them, but never past the budget less the sinks.
+int64_t window_extra(const ContextState& c, int64_t budget) {
+  const cache::eviction::EvictionConfig& e = c.options.eviction;
+  const int64_t room = std::max<int64_t>(0, budget - e.sinks - e.window);
+  return std::min(e.window_extra(c.output_tokens), room);
+}
+
+const StepMass* mass_of(const std::vector<StepMass>& mass, SeqId seq) {
+  const auto it = std::find_if(mass.begin(), mass.end(), [&](const StepMass& m) { return m.seq == seq; });
+  return it == mass.end() ? nullptr : &*it;
+}
+
+}  // namespace
+
+void Engine::evict_over_budget(StepStats& stats, const std::vector<StepMass>& mass) {
   const log::Stopwatch watch;
   const cache::CacheLayout& layout = cache_->layout();
   stats.blocks_dropped.assign(static_cast<size_t>(cache_->manager().num_pools()), 0);
@@ -214,14 +235,20 @@ void Engine::evict_over_budget(StepStats& stats) {
       }
       cache::KeepSets keep(static_cast<size_t>(layout.num_lanes()));
       for (int64_t layer = 0; layer < layout.num_layers; ++layer) {
+        const int64_t budget = budgets[static_cast<size_t>(layer)];
         const std::vector<std::vector<int64_t>> chosen = c.policy->keep_layer(
-            layer_candidates(*cache_, *state_, seq, layer, *c.policy, anchor), budgets[static_cast<size_t>(layer)]);
+            layer_candidates(*cache_, *state_, seq, layer, *c.policy, anchor, window_extra(c, budget)), budget);
         for (int64_t g = 0; g < layout.num_groups(); ++g) {
           const int64_t lane = layout.lane(layer, g);
           const std::vector<int64_t> live = cache_->manager().live_rows(seq, lane);
           std::vector<int64_t>& k = keep[static_cast<size_t>(lane)];
           for (int64_t i : chosen[static_cast<size_t>(g)]) k.push_back(live[static_cast<size_t>(i)]);
         }
+      }
+      if (const StepMass* m = mass_of(mass, seq)) {
+        const LossBound bound = eviction_loss_bound(*cache_, seq, keep, *m, model_.config().num_heads / model_.config().num_kv_heads);
+        stats.loss_bound += bound.sum;
+        stats.loss_bound_terms += bound.terms;
       }
       const cache::EvictionOutcome out = cache_->evict(seq, keep);
       stats.rows_evicted += out.rows_evicted;

@@ -63,6 +63,7 @@ struct ReaderState {
 struct ContextState {
   ContextOptions options;
   std::vector<int32_t> tokens;  // the trajectory
+  int64_t output_tokens = 0;    // of those, the newest that came from replies (commit_private) since the last append
   SeqId shared_seq;             // every mode but full; created when first processed
   std::vector<ReaderState> readers;
   // base_lr_shared: the context's streams (v, k), filled by whoever writes the shared rows.

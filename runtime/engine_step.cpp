@@ -435,7 +435,8 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
   result.stats.admit_seconds = admit_watch.seconds();
 
   const log::Stopwatch run_watch;
-  if (!items.empty()) run_items(model_, *cache_, *state_, items, result);
+  std::vector<StepMass> mass;  // for the eviction loss bound
+  if (!items.empty()) run_items(model_, *cache_, *state_, items, result, mass);
   result.stats.run_seconds = run_watch.seconds();
 
   // Everything that can fail (allocate) happens before the commit; after it, nothing may.
@@ -458,7 +459,7 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
   }
   result.stats.commit_seconds = commit_watch.seconds();
   // The step stands; eviction is a change of its own (a failure there leaves the step's rows).
-  evict_over_budget(result.stats);
+  evict_over_budget(result.stats, mass);
   return result;
 }
 

@@ -27,9 +27,9 @@ class PagedAttention final : public AttentionBackend {
  public:
   PagedAttention(cache::PagedKvCache& cache, const ModelConfig& c, std::vector<Item>& items, const at::Tensor& cos,
                  const at::Tensor& sin, double scale, StepStats& stats, std::vector<ScoredSeq> scored,
-                 std::vector<AnchoredSeq> anchored)
+                 std::vector<AnchoredSeq> anchored, std::vector<SeqId> bounded)
       : cache_(cache), c_(c), items_(items), cos_(cos), sin_(sin), scale_(scale), stats_(stats), views_(cache),
-        scored_(std::move(scored)), anchored_(std::move(anchored)) {
+        scored_(std::move(scored)), anchored_(std::move(anchored)), bounded_(std::move(bounded)) {
     const log::Stopwatch watch;
     plan_step();
     stats_.views_seconds += watch.seconds();
@@ -47,10 +47,13 @@ class PagedAttention final : public AttentionBackend {
     kernels::lora_attention(params_);
     stats_.kernel_seconds += kernel_watch.seconds();
     if (mass_) add_scores(in.layer);
+    if (mass_) keep_reader_mass(in.layer);
   }
 
   // After the forward: the queries each anchored sequence's writer ran this step.
   std::vector<AnchoredSeq>& anchored() { return anchored_; }
+  // After the forward: each reader's mass on the sequences kept for the loss bound.
+  std::vector<StepMass>& step_mass() { return step_mass_; }
 
  private:
   // What an item reads, as StepViews ids.
@@ -79,6 +82,7 @@ class PagedAttention final : public AttentionBackend {
         base_reads_.push_back(r.base);
       }
       ++bases_.back().num_agents;
+      base_of_agent_.push_back(bases_.size() - 1);
       for (const ReaderStream* s : it.reads) r.streams.emplace_back(s, views_.add_residual(r.base, s->key));
       if (it.private_seq.valid()) r.private_rows = views_.add_base(it.private_seq);
     }
@@ -103,7 +107,7 @@ class PagedAttention final : public AttentionBackend {
   void plan_mass() {
     choose_scored_reads();
     if (!mass_) return;
-    const bool per_agent = std::any_of(scored_.begin(), scored_.end(), [](const ScoredSeq& s) { return s.readers == ScoredSeq::Readers::kMax; });
+    const bool per_agent = bound_mass_ || std::any_of(scored_.begin(), scored_.end(), [](const ScoredSeq& s) { return s.readers == ScoredSeq::Readers::kMax; });
     params_.mass = per_agent ? kernels::AttentionMass::kPerAgent : kernels::AttentionMass::kSumOverAgents;
     auto longest = [&](int64_t read) {
       int64_t rows = 0;
@@ -128,35 +132,87 @@ class PagedAttention final : public AttentionBackend {
       private_mass_stride_[pos] = longest(r.private_rows);
       private_mass_[pos].assign(static_cast<size_t>(c_.num_kv_heads * private_mass_stride_[pos]), 0.f);
     }
+    plan_reader_mass();
   }
+
+  // One ReaderMass per agent reading a sequence kept for the loss bound.
+  void plan_reader_mass() {
+    reader_mass_.assign(items_.size(), {-1, -1});
+    for (size_t pos = 0; pos < order_.size(); ++pos) {
+      const Item& it = items_[order_[pos]];
+      if (!bounded(it.read_seq)) continue;
+      auto seq = std::find_if(step_mass_.begin(), step_mass_.end(), [&](const StepMass& m) { return m.seq == it.read_seq; });
+      if (seq == step_mass_.end()) seq = step_mass_.insert(step_mass_.end(), StepMass{it.read_seq, {}});
+      ReaderMass m;
+      for (const ReaderStream* s : it.reads) {
+        if (s->module == adapters::ModuleId::kV) m.value_stream = s;
+      }
+      m.private_seq = it.private_seq;
+      m.queries = (it.end - it.start) - mass_first_query_[pos];
+      m.stride = base_mass_stride_[base_of_agent_[pos]];
+      m.mass.resize(static_cast<size_t>(c_.num_layers));
+      m.rows_read.resize(static_cast<size_t>(c_.num_layers));
+      reader_mass_[pos] = {seq - step_mass_.begin(), static_cast<int64_t>(seq->readers.size())};
+      seq->readers.push_back(std::move(m));
+    }
+  }
+
+  // The layer's mass of every agent kept for the loss bound (its slice of its base's mass).
+  void keep_reader_mass(int64_t layer) {
+    for (size_t pos = 0; pos < order_.size(); ++pos) {
+      const auto [seq, reader] = reader_mass_[pos];
+      if (seq < 0) continue;
+      const size_t b = base_of_agent_[pos];
+      ReaderMass& m = step_mass_[static_cast<size_t>(seq)].readers[static_cast<size_t>(reader)];
+      const int64_t slice = static_cast<int64_t>(pos) - bases_[b].first_agent, size = c_.num_kv_heads * m.stride;
+      const float* from = base_mass_[b].data() + slice * size;
+      m.mass[static_cast<size_t>(layer)].assign(from, from + size);
+      const kernels::PagedRows rows = bases_[b].rows;
+      std::vector<int64_t>& read = m.rows_read[static_cast<size_t>(layer)];
+      for (int64_t g = 0; g < cache_.layout().num_groups(); ++g) read.push_back(rows.lanes ? rows.lanes[g].num_rows : 0);
+    }
+  }
+
+  bool bounded(SeqId seq) const { return std::find(bounded_.begin(), bounded_.end(), seq) != bounded_.end(); }
 
   // Which reads add mass this step, and from which queries. Accumulating policies (H2O):
   // every query of every scoring reader. Observation windows (SnapKV): only when the step
   // writes rows into the sequence, then the newest `window` queries of each scoring reader,
   // and the sequence's scores start again from zero. With Readers::kWriter only the items
-  // writing the rows score.
+  // writing the rows score. A read of a sequence kept for the loss bound returns mass from
+  // every query even when it scores nothing (then its mass adds to no score).
   void choose_scored_reads() {
     mass_first_query_.assign(items_.size(), 0);
+    scores_from_.assign(items_.size(), 0);
     for (size_t pos = 0; pos < order_.size(); ++pos) {
       const Item& it = items_[order_[pos]];
       const int64_t queries = it.end - it.start;
-      mass_first_query_[pos] = queries;  // no mass unless a scored read below says so
-      const auto scored = std::find_if(scored_.begin(), scored_.end(), [&](const ScoredSeq& s) { return s.seq == it.read_seq; });
-      if (scored == scored_.end()) continue;
-      const bool writer = it.write_seq == it.read_seq && it.base_from < it.end;
-      if (scored->readers == ScoredSeq::Readers::kWriter && !writer) continue;
-      if (scored->window == 0) {
-        mass_first_query_[pos] = 0;
-        add_once(accumulating_, it.read_seq);
-        continue;
+      mass_first_query_[pos] = scoring_first_query(it, queries);
+      scores_from_[pos] = mass_first_query_[pos] < queries;
+      if (bounded(it.read_seq)) {
+        bound_mass_ = true;
+        if (!scores_from_[pos]) mass_first_query_[pos] = 0;
       }
-      if (!writes(it.read_seq)) continue;
-      mass_first_query_[pos] = std::max<int64_t>(0, queries - scored->window);
-      add_once(accumulating_, it.read_seq);
-      add_once(observed_, it.read_seq);
     }
-    mass_ = !accumulating_.empty();
+    mass_ = !accumulating_.empty() || bound_mass_;
     for (SeqId seq : observed_) cache_.reset_scores(seq);
+  }
+
+  // The first of the item's `queries` whose mass scores the rows it reads (its sequence then
+  // joins accumulating_, and observed_ for an observation window); `queries`: none does.
+  int64_t scoring_first_query(const Item& it, int64_t queries) {
+    const auto scored = std::find_if(scored_.begin(), scored_.end(), [&](const ScoredSeq& s) { return s.seq == it.read_seq; });
+    if (scored == scored_.end()) return queries;
+    const bool writer = it.write_seq == it.read_seq && it.base_from < it.end;
+    if (scored->readers == ScoredSeq::Readers::kWriter && !writer) return queries;
+    if (scored->window == 0) {
+      add_once(accumulating_, it.read_seq);
+      return 0;
+    }
+    if (!writes(it.read_seq)) return queries;
+    add_once(accumulating_, it.read_seq);
+    add_once(observed_, it.read_seq);
+    return std::max<int64_t>(0, queries - scored->window);
   }
 
   bool writes(SeqId seq) const {
@@ -184,7 +240,9 @@ class PagedAttention final : public AttentionBackend {
           const int64_t n = rows.lanes ? rows.lanes[g].num_rows : 0;
           if (n > static_cast<int64_t>(lane_mass_.size())) lane_mass_.resize(static_cast<size_t>(n), 0.f);
           const int64_t slices = per_agent ? bases_[b].num_agents : 1;
-          for (int64_t a = 0; a < slices; ++a) add_reader_mass(b, a, g, n, max);
+          for (int64_t a = 0; a < slices; ++a) {
+            if (!per_agent || scores_from_[static_cast<size_t>(bases_[b].first_agent + a)]) add_reader_mass(b, a, g, n, max);
+          }
         }
         if (!lane_mass_.empty()) cache_.add_scores(scored.seq, l.lane(layer, g), lane_mass_.data(), static_cast<int64_t>(lane_mass_.size()));
       }
@@ -311,19 +369,25 @@ class PagedAttention final : public AttentionBackend {
   std::vector<SeqId> accumulating_;             // of those, the ones whose scores grow this step
   std::vector<SeqId> observed_;                 // of those, the ones observed afresh (SnapKV)
   std::vector<int64_t> mass_first_query_;       // per agent in `order_`
+  std::vector<uint8_t> scores_from_;            // per agent in `order_`: its mass adds to scores
+  std::vector<size_t> base_of_agent_;           // per agent in `order_`: its index in bases_
   bool mass_ = false;                           // the kernel returns mass this step
+  bool bound_mass_ = false;                     // some agent reads a sequence kept for the loss bound
   std::vector<std::vector<float>> base_mass_;   // per base: float32 [num_kv_heads, stride]
   std::vector<int64_t> base_mass_stride_;
   std::vector<std::vector<float>> private_mass_;  // per agent in `order_` (unused: never evicted)
   std::vector<int64_t> private_mass_stride_;
   std::vector<float> lane_mass_;                // scratch: one lane's mass
   std::vector<AnchoredSeq> anchored_;           // capkv's sequences, with this step's queries
+  std::vector<SeqId> bounded_;                  // sequences whose contexts ask for the loss bound
+  std::vector<StepMass> step_mass_;             // their readers' mass this step
+  std::vector<std::pair<int64_t, int64_t>> reader_mass_;  // per agent in `order_`: (step_mass_, reader) or -1
 };
 
 }  // namespace
 
 void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
-               StepResult& result) {
+               StepResult& result, std::vector<StepMass>& mass) {
   int64_t max_end = 0;
   std::vector<SequenceInput> batch;
   for (const Item& it : items) {
@@ -361,11 +425,17 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
       if (written) anchored.push_back({seq, c.options.eviction.sinks, c.query_anchor(seq), {}, 0});
     }
   }
+  std::vector<SeqId> bounded;  // the loss bound's sequences
+  for (const auto& [id, c] : st.contexts) {
+    if (!c.policy || !c.options.eviction.loss_bound) continue;
+    for (SeqId seq : c.evictable_seqs()) bounded.push_back(seq);
+  }
   PagedAttention backend(cache, model.config(), items, st.rope_cos, st.rope_sin, model.attention_scale(), result.stats,
-                         std::move(scored), std::move(anchored));
+                         std::move(scored), std::move(anchored), std::move(bounded));
   // Logits rows: every token of the items that asked for them, the last of the others.
   const at::Tensor logits = model.forward(batch, backend);
   for (AnchoredSeq& a : backend.anchored()) a.anchor->add(a.step_sum, a.step_count);
+  mass = std::move(backend.step_mass());
 
   int64_t row = 0;
   for (const Item& it : items) {

@@ -71,9 +71,27 @@ struct AnchoredSeq {
   int64_t step_count = 0;  // queries added (counted at layer 0)
 };
 
+// The attention mass one reader's queries put this step on the rows of a sequence whose
+// context asks for the eviction loss bound (EvictionConfig::loss_bound), kept until the
+// eviction after the step (rows do not move in between: only eviction packs).
+struct ReaderMass {
+  const ReaderStream* value_stream = nullptr;  // the reader's V residual stream, if it reads one
+  SeqId private_seq;                           // its private rows (never evicted), if any
+  int64_t queries = 0;                         // the queries whose mass is here (from mass_first_query on)
+  int64_t stride = 0;                          // rows per KV head in `mass`
+  std::vector<std::vector<float>> mass;        // per layer: float32 [num_kv_heads, stride]; row r of the lane
+  std::vector<std::vector<int64_t>> rows_read; // per layer: rows the reader read, per lane group
+};
+
+struct StepMass {
+  SeqId seq;
+  std::vector<ReaderMass> readers;
+};
+
 // The kernel also returns each shared row's attention mass, summed over readers, and adds
-// it to the row's score, for every read of a sequence a scoring policy governs.
+// it to the row's score, for every read of a sequence a scoring policy governs; and each
+// reader's mass on the sequences whose contexts ask for the loss bound, into `mass`.
 void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
-               StepResult& result);
+               StepResult& result, std::vector<StepMass>& mass);
 
 }  // namespace lorakv::runtime

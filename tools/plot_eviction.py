@@ -84,6 +84,30 @@ def main() -> None:
     axes[1].set_ylim(-0.05, 1.05)
     fig.tight_layout()
     fig.savefig(d / "eviction.png", dpi=110)
+    draw_streaming(d)
+
+
+def draw_streaming(d: Path) -> None:
+    """eviction_streaming.png: memory over one long session (the streaming part), if it ran."""
+    rows = read_rows(d / "eviction_streaming.csv")
+    if not rows:
+        return
+    tokens = [int(r["tokens"]) for r in rows]
+    mib = lambda key: [int(r[key]) / 2**20 for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(tokens, mib("resident_bytes"), marker="o", label="process resident memory")
+    ax.plot(tokens, mib("pool_reserved_bytes"), linestyle="--", label="KV pools reserved (sized from the budget)")
+    ax.plot(tokens, mib("kv_bytes_in_use"), marker=".", label="KV in use after the chunk's steps")
+    ax.plot(tokens, [int(r["host_metadata_bytes"]) / 2**20 for r in rows], marker=".", label="cache host metadata")
+    r0 = rows[0]
+    ax.set_xlabel("tokens appended")
+    ax.set_ylabel("MiB")
+    ax.set_title(f"{r0['policy']} at {r0['budget']} tokens, {r0['readers']} agents, chunks of {r0['chunk']}")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(d / "eviction_streaming.png", dpi=110)
 
 
 if __name__ == "__main__":

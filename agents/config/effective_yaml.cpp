@@ -114,6 +114,7 @@ void print_runtime(Printer& p, const SessionConfig& c) {
   if (e.budget_tokens > 0) p.number("budget", e.budget_tokens);  // none: no budget to print
   p.number("sinks", e.sinks);
   p.number("window", e.window);
+  p.plain("window_growth", number_text(e.window_growth));
   p.plain("scoring", e.scoring);
   if (e.layer_budgets == "list") {
     p.key("layer_budgets");
@@ -128,6 +129,7 @@ void print_runtime(Printer& p, const SessionConfig& c) {
   p.number("leverage_rank", e.leverage_rank);
   p.plain("capkv_tau", number_text(e.capkv_tau));
   p.number("capkv_future_positions", e.capkv_future_positions);
+  p.plain("loss_bound", e.loss_bound ? "true" : "false");
   p.end();
   p.end();
 }

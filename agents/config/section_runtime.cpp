@@ -97,6 +97,10 @@ void read_policy_keys(const ConfigReader& r, const MapReader& ev, cache::evictio
   if (ev.has("head_floor")) e.head_floor = read_number(r, ev.get("head_floor"), 0, 1, false, "a share of a head's budget, in [0, 1]");
   if (ev.has("leverage_rank")) e.leverage_rank = read_int(r, ev.get("leverage_rank"), 1, 1 << 16, "directions of the keys kept, >= 1");
   if (ev.has("capkv_tau")) e.capkv_tau = read_number(r, ev.get("capkv_tau"), 0, 1e6, false, "capkv's temperature, >= 0");
+  if (ev.has("window_growth")) {
+    e.window_growth = read_number(r, ev.get("window_growth"), 0, 1e6, false, "the window's growth per reply token, >= 0");
+  }
+  if (ev.has("loss_bound")) e.loss_bound = read_choice(r, ev.get("loss_bound"), {"true", "false"}) == "true";
   if (ev.has("capkv_future_positions")) {
     e.capkv_future_positions =
         read_int(r, ev.get("capkv_future_positions"), 1, 1 << 20, "positions the anchor's RoPE averages over, >= 1");
@@ -108,7 +112,7 @@ void read_policy_keys(const ConfigReader& r, const MapReader& ev, cache::evictio
 void read_eviction(const ConfigReader& r, const Field& field, cache::eviction::EvictionConfig& e) {
   const MapReader ev(r, field,
                      {"policy", "budget", "sinks", "window", "scoring", "layer_budgets", "pyramid_beta", "head_floor", "leverage_rank",
-                      "capkv_tau", "capkv_future_positions"});
+                      "capkv_tau", "capkv_future_positions", "window_growth", "loss_bound"});
   if (ev.has("policy")) e.policy = read_choice(r, ev.get("policy"), cache::eviction::policy_names());
   if (ev.has("budget")) {
     const Field budget = ev.get("budget");

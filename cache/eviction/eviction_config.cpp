@@ -69,6 +69,10 @@ void check_rows(const EvictionConfig& c, const std::string& where) {
     throw ConfigError(c.policy + " observes the newest `window` queries; it needs at least one",
                       {"", where + ".window", ">= 1", std::to_string(c.window), ""});
   }
+  if (!(c.window_growth >= 0) || !std::isfinite(c.window_growth)) {
+    throw ConfigError("the window grows by a share of the output: a number >= 0",
+                      {"", where + ".window_growth", ">= 0 (0: a fixed window)", std::to_string(c.window_growth), ""});
+  }
   if (c.sinks < 0 || c.window < 0) {
     throw ConfigError("sinks and window cannot be negative",
                       {"", where + (c.sinks < 0 ? ".sinks" : ".window"), ">= 0", std::to_string(std::min(c.sinks, c.window)), ""});
@@ -147,6 +151,10 @@ int64_t EvictionConfig::budget_rows(int64_t tokens) const {
   if (!enabled()) return -1;
   if (budget_tokens > 0) return budget_tokens;
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(budget_fraction * static_cast<double>(tokens))));
+}
+
+int64_t EvictionConfig::window_extra(int64_t output_tokens) const {
+  return static_cast<int64_t>(std::floor(window_growth * static_cast<double>(std::max<int64_t>(0, output_tokens))));
 }
 
 std::string EvictionConfig::resolved_scoring() const {

@@ -18,6 +18,11 @@ struct EvictionConfig {
   double budget_fraction = 0;    // in (0, 1]: of the context's tokens so far; 0 with 0 tokens: no budget
   int64_t sinks = 4;             // first positions never evicted
   int64_t window = 16;           // most recent live rows never evicted (snapkv family: also its observation window)
+  // A protected window that grows with the output (HAE's decode-time window, DDES): while the
+  // context's newest tokens are replies (Engine::commit_private since the last append), the
+  // newest window + floor(window_growth * those tokens) live rows are protected, never more
+  // than the layer's budget less the sinks. 0: the window stays `window`.
+  double window_growth = 0;
   std::vector<std::pair<int64_t, int64_t>> protected_spans;  // [begin, end) positions never evicted
   // Whose attention mass scores a shared row: "sum" of every reader's, "max" over readers,
   // or the "writer"'s alone (the work writing the rows); "auto": sum for h2o, writer for the
@@ -34,10 +39,15 @@ struct EvictionConfig {
   int64_t leverage_rank = 8;     // leverage: the top eigen-directions of the keys' second moment
   double capkv_tau = 5;          // capkv: sharpness of the query-key weights exp(tau * cos)
   int64_t capkv_future_positions = 512;  // capkv: positions after the context its anchor's RoPE averages over
+  // Compute the eviction loss bound (docs/eviction.md) at each eviction into StepStats: the
+  // kernel then returns every reader's attention mass each step (its second QK pass).
+  bool loss_bound = false;
 
   bool enabled() const { return policy != "none"; }
   // Rows a lane may keep when the context holds `tokens` positions; -1: unlimited.
   int64_t budget_rows(int64_t tokens) const;
+  // Rows past `window` the protected window gains after `output_tokens` reply tokens.
+  int64_t window_extra(int64_t output_tokens) const;
   // "sum", "max" or "writer": `scoring` with "auto" resolved for the policy.
   std::string resolved_scoring() const;
   // Throws ConfigError naming the key (eviction.policy, eviction.budget...) for a value no

@@ -13,10 +13,11 @@ int64_t EvictionPolicy::layer_budget(int64_t, int64_t, int64_t budget, int64_t) 
 
 int64_t EvictionPolicy::protect(const LaneCandidates& lane, std::vector<uint8_t>& kept) const {
   const auto n = static_cast<int64_t>(lane.positions.size());
+  const int64_t window = config_.window + lane.window_extra;
   int64_t num_kept = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t p = lane.positions[static_cast<size_t>(i)];
-    bool in_span = p < config_.sinks || i >= n - config_.window;
+    bool in_span = p < config_.sinks || i >= n - window;
     for (const auto& [b, e] : config_.protected_spans) in_span = in_span || (p >= b && p < e);
     if (in_span && !kept[static_cast<size_t>(i)]) {
       kept[static_cast<size_t>(i)] = 1;

@@ -5,7 +5,8 @@
 //
 // Rows that are never evicted, whatever the policy: the first `sinks` positions (attention
 // sinks), the `window` most recent live rows, and positions inside a protected span (a
-// system prompt, an instruction, the current question). They count toward the budget; when
+// system prompt, an instruction, the current question); the window grows during replies
+// (EvictionConfig::window_growth, LaneCandidates::window_extra). They count toward the budget; when
 // they alone exceed it they are all kept and the lane holds more than the budget.
 #pragma once
 
@@ -34,6 +35,7 @@ struct LaneCandidates {
   int64_t layer = 0;
   std::vector<int32_t> positions;
   std::vector<float> scores;  // per row; empty when the policy needs none
+  int64_t window_extra = 0;   // newest rows protected beyond config().window (EvictionConfig::window_growth)
 };
 
 class EvictionPolicy {

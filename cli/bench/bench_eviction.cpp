@@ -19,6 +19,7 @@
 #include "lorakv/cache/eviction/eviction_config.h"
 #include "lorakv/cli/bench/bench_eviction_agents.h"
 #include "lorakv/cli/bench/bench_eviction_retrieval.h"
+#include "lorakv/cli/bench/bench_eviction_streaming.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/cli/perplexity_eval.h"
@@ -51,6 +52,12 @@ base-files package (/usr/share/common-licenses: GPL-3, GPL-2, LGPL-2.1, GFDL-1.3
     base compressed against the uncompressed replay (KL, top-1 agreement), the attention-
     scored policies scored by every agent's mass (sum, max) and by the writer alone. Writes
     eviction_agents.csv; about 1 minute a row.
+  streaming (not in the default): memory over one long session: --stream-tokens of the text
+    appended in chunks of --chunk to one base_shared context read by three agents, each
+    decoding 8 tokens after every chunk, under --stream-policy at --stream-budget tokens,
+    with pools sized in bytes for that budget. Prints and writes (eviction_streaming.csv)
+    every 1,024 tokens the pools' bytes in use and at peak, the host metadata bytes and the
+    process's resident memory. About 2 minutes for the model's 8,192 positions.
 The default (every policy at budgets 1/2, 1/4, 1/8, and the full cache: 19 rows a part)
 takes about 23 minutes on 2 cores: perplexity about 40 s a row, retrieval about 5 s a case
 (30 s a row); --full's retrieval about 3 hours.
@@ -63,8 +70,8 @@ on the machine.
 flags:
   --model FILE      GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
   --text FILE       the text (repeatable; default the four license texts)
-  --parts LIST      comma-separated subset of perplexity,retrieval,agents (default
-                    perplexity,retrieval)
+  --parts LIST      comma-separated subset of perplexity,retrieval,agents,streaming
+                    (default perplexity,retrieval)
   --policies LIST   comma-separated (default every policy: streaming_llm,h2o,snapkv,
                     pyramidkv,adakv,leverage; adakv runs with a token set per KV head)
   --budgets LIST    shares of the window (or haystack) kept (default 0.5,0.25,0.125)
@@ -80,6 +87,11 @@ flags:
   --full            retrieval: the full grid (100 cases over 5 depths)
   --assets DIR      agents: role adapters and agentic QA data (default assets)
   --agents-context N  agents: trajectory tokens (default 2000)
+  --agents-together   agents: every agent reads each role turn in that turn's step (sum and
+                      max over agents then differ); writes eviction_agents_together.csv
+  --stream-tokens N   streaming: tokens appended (default the model's context, 8192)
+  --stream-budget N   streaming: tokens kept per lane (default 512)
+  --stream-policy P   streaming: the policy (default streaming_llm)
   --out DIR         where the CSVs and the PNG go (default bench_results/eviction)
   --python FILE     Python with matplotlib for the PNG (default .venv-bench/bin/python
                     when it exists)
@@ -182,8 +194,8 @@ Configs eviction_configs(const CliArgs& a) {
 std::set<std::string> parse_parts(const CliArgs& a) {
   std::set<std::string> parts;
   for (const std::string& p : split(a.get("--parts").value_or("perplexity,retrieval"))) {
-    if (p != "perplexity" && p != "retrieval" && p != "agents") {
-      throw ConfigError("unknown part", {"", "--parts", "perplexity, retrieval or agents, comma-separated", p, ""});
+    if (p != "perplexity" && p != "retrieval" && p != "agents" && p != "streaming") {
+      throw ConfigError("unknown part", {"", "--parts", "perplexity, retrieval, agents or streaming, comma-separated", p, ""});
     }
     parts.insert(p);
   }
@@ -230,13 +242,14 @@ void run_perplexity_part(const runtime::LlamaModel& model, const std::vector<int
 std::set<std::string> bench_value_flags() {
   std::set<std::string> flags = {"--model", "--text",  "--windows", "--context", "--chunk",
                                  "--policies", "--budgets", "--out", "--parts", "--python",
-                                 "--assets", "--agents-context"};
+                                 "--assets", "--agents-context", "--stream-tokens", "--stream-budget",
+                                 "--stream-policy"};
   flags.insert(retrieval_value_flags().begin(), retrieval_value_flags().end());
   return flags;
 }
 
 std::set<std::string> bench_bool_flags() {
-  std::set<std::string> flags = {"--help"};
+  std::set<std::string> flags = {"--help", "--agents-together"};
   flags.insert(retrieval_bool_flags().begin(), retrieval_bool_flags().end());
   return flags;
 }
@@ -284,12 +297,21 @@ int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) 
     agents.assets_dir = a.get("--assets").value_or("assets");
     agents.out_dir = dir;
     agents.context_tokens = a.get_int("--agents-context", 2000, 64, 1 << 20);
+    agents.every_agent_reads = a.has("--agents-together");
     if (a.get("--policies")) agents.policies = split(*a.get("--policies"));
     if (a.get("--budgets")) {
       agents.budgets.clear();
       for (const std::string& b : split(*a.get("--budgets"))) agents.budgets.push_back(parse_budget(b));
     }
     run_eviction_agents(agents, out);
+  }
+  if (parts.count("streaming")) {
+    EvictionStreamingOptions s;
+    s.total_tokens = a.get_int("--stream-tokens", 0, 0, 1 << 24);
+    s.budget = a.get_int("--stream-budget", s.budget, 16, 1 << 20);
+    s.policy = a.get("--stream-policy").value_or(s.policy);
+    s.chunk = chunk;
+    run_eviction_streaming(*loaded.model, tokens, s, dir, out);
   }
   plot_eviction(python, dir, out);
   return 0;

@@ -56,19 +56,22 @@ void run_eviction_agents(const EvictionAgentsOptions& o, std::ostream& out) {
   std::fprintf(stderr, "[%7.1f s] agents: %zu episodes, about %lld tokens, uncompressed ...\n", bench_seconds(), trajectory.size(),
                static_cast<long long>(o.context_tokens));
   const at::Tensor reference =
-      replay_role_turns(w, w.shared_a, {runtime::SharingMode::kBaseLrShared, runtime::SharedWriter::kFirst}, trajectory);
-  const std::string path = o.out_dir + "/eviction_agents.csv";
+      replay_role_turns(w, w.shared_a, {runtime::SharingMode::kBaseLrShared, runtime::SharedWriter::kFirst}, trajectory,
+                        false, o.every_agent_reads);
+  const std::string path = o.out_dir + (o.every_agent_reads ? "/eviction_agents_together.csv" : "/eviction_agents.csv");
   std::ofstream csv(path);
   csv << "policy,scoring,budget,context_tokens,episodes,role_tokens,mean_kl,max_kl,top1_agreement\n";
   out << "\nEviction on a base shared by three role adapters (base_lr_shared, qv_shared_a; " << trajectory.size()
-      << " held-out episodes in one trajectory; teacher-forced role turns against the uncompressed cache)\n"
+      << " held-out episodes in one trajectory; teacher-forced role turns against the uncompressed cache"
+      << (o.every_agent_reads ? "; every agent reads each turn in its step" : "") << ")\n"
          "| policy | scoring | budget | role tokens | mean KL | max KL | top-1 agreement |\n"
          "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
   for (const AgentsCase& c : agents_cases(o)) {
     std::fprintf(stderr, "[%7.1f s] agents: %s, scoring %s, budget %g ...\n", bench_seconds(), c.policy.c_str(), c.scoring.c_str(),
                  c.budget);
     Fidelity f;
-    compare_logits(reference, replay_role_turns(w, w.shared_a, compressed(c), trajectory, c.policy == "adakv"), f);
+    compare_logits(reference,
+                   replay_role_turns(w, w.shared_a, compressed(c), trajectory, c.policy == "adakv", o.every_agent_reads), f);
     const double mean = f.kl_sum / static_cast<double>(f.tokens), agree = static_cast<double>(f.agree) / static_cast<double>(f.tokens);
     csv << c.policy << "," << c.scoring << "," << c.budget << "," << o.context_tokens << "," << trajectory.size() << ","
         << f.tokens << "," << mean << "," << f.kl_max << "," << agree << "\n";

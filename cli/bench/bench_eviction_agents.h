@@ -17,9 +17,12 @@ struct EvictionAgentsOptions {
   int64_t context_tokens = 2000;  // episodes appended until about this many tokens
   std::vector<std::string> policies = {"streaming_llm", "h2o", "snapkv"};
   std::vector<double> budgets = {0.25};
+  // Every agent reads each role turn in the role's step (replay_role_turns' every_agent_reads),
+  // so sum and max over readers differ; writes eviction_agents_together.csv instead.
+  bool every_agent_reads = false;
 };
 
-// Writes eviction_agents.csv under o.out_dir and prints its table to `out`.
+// Writes eviction_agents.csv (or eviction_agents_together.csv) under o.out_dir and prints its table to `out`.
 void run_eviction_agents(const EvictionAgentsOptions& o, std::ostream& out);
 
 }  // namespace lorakv::cli

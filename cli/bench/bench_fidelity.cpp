@@ -38,7 +38,8 @@ int role_index(const std::string& role) {
 }  // namespace
 
 at::Tensor replay_role_turns(BenchWorkload& w, const std::vector<AdapterPtr>& readers, runtime::ContextOptions mode,
-                             const std::vector<const BenchTrajectory*>& trajectories, bool per_head_token_sets) {
+                             const std::vector<const BenchTrajectory*>& trajectories, bool per_head_token_sets,
+                             bool every_agent_reads) {
   runtime::EngineOptions eo;
   eo.per_head_token_sets = per_head_token_sets;
   eo.base_rows = 4 * 4096;
@@ -61,14 +62,23 @@ at::Tensor replay_role_turns(BenchWorkload& w, const std::vector<AdapterPtr>& re
         continue;
       }
       runtime::prefill(engine, {ctx, r});
-      runtime::StepWork work;
-      work.reader = {ctx, r};
-      work.kind = runtime::StepWork::Kind::kPrivate;
-      work.tokens = header;
-      work.tokens.insert(work.tokens.end(), body.begin(), body.end());
-      work.all_logits = true;
-      const runtime::StepResult res = engine.step({work});
+      std::vector<runtime::StepWork> work(1);
+      work[0].reader = {ctx, r};
+      work[0].kind = runtime::StepWork::Kind::kPrivate;
+      work[0].tokens = header;
+      work[0].tokens.insert(work[0].tokens.end(), body.begin(), body.end());
+      work[0].all_logits = true;
+      for (int32_t other = 0; every_agent_reads && other < static_cast<int32_t>(readers.size()); ++other) {
+        if (other == r) continue;
+        runtime::prefill(engine, {ctx, other});
+        runtime::StepWork along = work[0];
+        along.reader = {ctx, other};
+        along.all_logits = false;
+        work.push_back(along);
+      }
+      const runtime::StepResult res = engine.step(work);
       LORAKV_CHECK(res.ok, InternalError, "fidelity replay ran out of cache");
+      for (size_t i = 1; i < work.size(); ++i) engine.drop_private(work[i].reader);
       // Row i predicts token i + 1: the text's tokens are predicted from the header's last on.
       turn_logits.push_back(res.outputs[0].logits.narrow(0, static_cast<int64_t>(header.size()) - 1,
                                                          static_cast<int64_t>(body.size())));

@@ -82,8 +82,12 @@ void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& ou
 // `trajectories` as one context read by `readers` (planner, actor, reflector): each role
 // turn runs as the role's private tokens after the shared context, then is committed.
 // per_head_token_sets: the engine keeps a token set per KV head (adakv needs it).
+// every_agent_reads: in the step of each role turn the other agents read the same turn as
+// their own private tokens too (then drop it), so several agents' attention lands on the
+// shared rows in one step; only the role's logits are returned.
 at::Tensor replay_role_turns(BenchWorkload& w, const std::vector<AdapterPtr>& readers, runtime::ContextOptions mode,
-                             const std::vector<const BenchTrajectory*>& trajectories, bool per_head_token_sets = false);
+                             const std::vector<const BenchTrajectory*>& trajectories, bool per_head_token_sets = false,
+                             bool every_agent_reads = false);
 // Held-out trajectories from the `first`-th on, appended until about `tokens` tokens.
 std::vector<const BenchTrajectory*> long_trajectory(BenchWorkload& w, int64_t tokens, size_t first = 0);
 // Per-token KL(reference || other) and top-1 agreement, accumulated.

@@ -96,6 +96,8 @@ TEST(SessionSaveEviction, ACapKvSessionCarriesItsQueryAnchor) {
   testing::load_scenario_adapters(rt, adapter_set("all_linear"));
   SessionOptions o = evicting(SharingMode::kFull);
   o.eviction.policy = "capkv";
+  o.eviction.window_growth = 0.25;
+  o.eviction.loss_bound = true;
   auto original = testing::scenario_session(rt, o);
   const std::string path = lorakv::testing::temp_path("evicting_capkv");
   original->save(path);
@@ -103,6 +105,8 @@ TEST(SessionSaveEviction, ACapKvSessionCarriesItsQueryAnchor) {
   EXPECT_EQ(saved.options.eviction.policy, "capkv");
   EXPECT_EQ(saved.options.eviction.capkv_tau, 5);
   EXPECT_EQ(saved.options.eviction.capkv_future_positions, 512);
+  EXPECT_EQ(saved.options.eviction.window_growth, 0.25);
+  EXPECT_TRUE(saved.options.eviction.loss_bound);
   const runtime::SequenceRows& rows = *saved.rows.own[0];
   EXPECT_LT(rows.lanes[0].positions.size(), rows.tokens.size()) << "nothing was evicted: the test would not see it";
   ASSERT_TRUE(rows.query_sum.defined());

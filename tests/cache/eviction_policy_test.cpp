@@ -272,6 +272,15 @@ TEST(EvictionPolicy, BadCapKvKeysAreRefusedByName) {
   EXPECT_EQ(refused_key(c), "cache.eviction.capkv_future_positions");
   EXPECT_EQ(EvictionConfig{}.capkv_tau, 5);
   EXPECT_EQ(EvictionConfig{}.capkv_future_positions, 512);
+  c = config("h2o", 4, 0);
+  c.window_growth = -0.5;
+  EXPECT_EQ(refused_key(c), "cache.eviction.window_growth");
+  c.window_growth = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(refused_key(c), "cache.eviction.window_growth");
+  c.window_growth = 2;
+  EXPECT_EQ(refused_key(c), "(accepted)");
+  EXPECT_EQ(EvictionConfig{}.window_growth, 0);
+  EXPECT_FALSE(EvictionConfig{}.loss_bound);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace lorakv::cli {
 namespace {
 
 cache::eviction::EvictionConfig parse(const std::vector<std::string>& args) {
-  return parse_eviction_flags(CliArgs(args, eviction_value_flags(), {}, "perplexity"));
+  return parse_eviction_flags(CliArgs(args, eviction_value_flags(), eviction_bool_flags(), "perplexity"));
 }
 
 // The key of the ConfigError parsing `args` throws ("" when it throws none).
@@ -114,6 +114,17 @@ TEST(EvictionFlags, ThePoliciesOwnKeys) {
   EXPECT_EQ(error_key({"--policy", "capkv", "--budget", "64", "--capkv-future-positions", "0"}), "--capkv-future-positions");
   EXPECT_EQ(error_key({"--policy", "capkv", "--budget", "64", "--scoring", "sum"}), "--scoring");
   EXPECT_EQ(error_key({"--capkv-tau", "3"}), "--capkv-tau") << "a policy's key without a policy";
+}
+
+TEST(EvictionFlags, WindowGrowthAndLossBound) {
+  const cache::eviction::EvictionConfig e = parse({"--policy", "h2o", "--budget", "64", "--window-growth", "0.5", "--loss-bound"});
+  EXPECT_DOUBLE_EQ(e.window_growth, 0.5);
+  EXPECT_TRUE(e.loss_bound);
+  EXPECT_EQ(describe_eviction(e), "h2o, budget 64 tokens, sinks 4, window 16 + 0.5 per reply token, scoring sum");
+  EXPECT_FALSE(parse({"--policy", "h2o", "--budget", "64"}).loss_bound) << "off unless asked";
+  EXPECT_EQ(error_key({"--policy", "h2o", "--budget", "64", "--window-growth", "-1"}), "--window-growth");
+  EXPECT_EQ(error_key({"--loss-bound"}), "--loss-bound") << "without a policy nothing is evicted";
+  EXPECT_EQ(error_key({"--window-growth", "1"}), "--window-growth");
 }
 
 using Windows = std::vector<std::pair<int64_t, int64_t>>;

@@ -204,6 +204,12 @@ TEST_F(CacheSectionTest, EvictionPolicyKeysLandInTheStruct) {
                                  "capkv_future_positions: 64}\n" + rest);
   EXPECT_EQ(cap.cache.eviction.capkv_tau, 2.5);
   EXPECT_EQ(cap.cache.eviction.capkv_future_positions, 64);
+  const SessionConfig grow = load("model: model.gguf\ncache:\n  eviction: {policy: h2o, budget: 64, window_growth: 0.5, "
+                                  "loss_bound: true}\n" + rest);
+  EXPECT_EQ(grow.cache.eviction.window_growth, 0.5);
+  EXPECT_TRUE(grow.cache.eviction.loss_bound);
+  EXPECT_FALSE(cap.cache.eviction.loss_bound) << "default";
+  EXPECT_EQ(cap.cache.eviction.window_growth, 0) << "default";
 }
 
 TEST_F(CacheSectionTest, EvictionPolicyKeyRefusals) {
@@ -225,6 +231,9 @@ TEST_F(CacheSectionTest, EvictionPolicyKeyRefusals) {
   expect_error(head + "    policy: capkv\n    capkv_future_positions: 0\n" + rest,
                {"session.yaml:6:29", "[cache.eviction.capkv_future_positions]"});
   expect_error(head + "    policy: capkv\n    scoring: sum\n" + rest, {"[cache.eviction.scoring]", "capkv's anchor"});
+  expect_error(head + "    policy: h2o\n    window_growth: -0.5\n" + rest, {"session.yaml:6:20", "[cache.eviction.window_growth]"});
+  expect_error(head + "    policy: h2o\n    loss_bound: yes please\n" + rest,
+               {"session.yaml:6:17", "[cache.eviction.loss_bound]", "choose one of true, false"});
 }
 
 TEST_F(OutputSectionTest, ValuesLandInTheStruct) {
