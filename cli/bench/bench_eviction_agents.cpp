@@ -11,9 +11,11 @@
 #include "lorakv/cli/bench/bench_eviction_agents.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "lorakv/cli/bench/bench_memory.h"
+#include "lorakv/common/errors.h"
 
 namespace lorakv::cli {
 
@@ -59,7 +61,9 @@ void run_eviction_agents(const EvictionAgentsOptions& o, std::ostream& out) {
       replay_role_turns(w, w.shared_a, {runtime::SharingMode::kBaseLrShared, runtime::SharedWriter::kFirst}, trajectory,
                         false, o.every_agent_reads);
   const std::string path = o.out_dir + (o.every_agent_reads ? "/eviction_agents_together.csv" : "/eviction_agents.csv");
+  std::filesystem::create_directories(o.out_dir);
   std::ofstream csv(path);
+  LORAKV_CHECK(csv.good(), ConfigError, "cannot write " << path);
   csv << "policy,scoring,budget,context_tokens,episodes,role_tokens,mean_kl,max_kl,top1_agreement\n";
   out << "\nEviction on a base shared by three role adapters (base_lr_shared, qv_shared_a; " << trajectory.size()
       << " held-out episodes in one trajectory; teacher-forced role turns against the uncompressed cache"

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <set>
 #include <vector>
@@ -203,6 +204,7 @@ struct DirectBound {
   int64_t terms = 0;
   int64_t queries_checked = 0;
   double largest_ratio = 0;  // max over queries of actual change / its bound
+  double actual = 0;         // the actual changes, summed
 };
 
 // The bound of the step's queries from `first_query` on, had the rows not in `kept` been
@@ -233,6 +235,7 @@ DirectBound direct_bound(const ReferenceAttention& ref, const std::vector<std::v
         EXPECT_LE(actual, bound * (1 + 1e-9) + 1e-12) << "layer " << layer << " query " << t << " head " << h;
         if (bound > 0) out.largest_ratio = std::max(out.largest_ratio, actual / bound);
         out.bound += bound;
+        out.actual += actual;
         ++out.terms;
         ++out.queries_checked;
       }
@@ -275,6 +278,7 @@ class EngineLossBound : public ::testing::Test {
     const int64_t layers = model().config().num_layers;
     ReferenceAttention ref(layers, model().attention_scale());
     int64_t evicting_steps = 0;
+    double bound_sum = 0, actual_sum = 0, largest_ratio = 0;
     for (int64_t s = 0; s < kSteps; ++s) {
       const StepResult r = engine.step({StepWork{{ctx, 0}, StepWork::Kind::kContext, {}, kChunk, false}});
       ASSERT_TRUE(r.ok);
@@ -297,9 +301,15 @@ class EngineLossBound : public ::testing::Test {
       EXPECT_NEAR(r.stats.loss_bound, want.bound, 1e-4 * want.bound + 1e-6) << policy << " step " << s;
       EXPECT_GT(want.bound, 0) << "rows with mass left";
       EXPECT_LT(want.largest_ratio, 1.0);
+      bound_sum += want.bound;
+      actual_sum += want.actual;
+      largest_ratio = std::max(largest_ratio, want.largest_ratio);
       ref.keep_only(kept);
     }
     EXPECT_GE(evicting_steps, 4) << policy;
+    // The bound beside the change it bounds (printed for docs/eviction.md).
+    std::printf("%s: bound summed over the queries %.3f, actual change summed %.3f (ratio %.3f), largest per-query ratio %.3f\n",
+                policy.c_str(), bound_sum, actual_sum, actual_sum / bound_sum, largest_ratio);
   }
 
   lorakv::testing::TinyEngineModel tiny_;
