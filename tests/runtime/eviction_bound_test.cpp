@@ -251,6 +251,15 @@ std::vector<int32_t> random_tokens(int64_t n, uint32_t seed) {
   return t;
 }
 
+// Pools far above what the tests hold, in blocks of 4 rows (so evictions drop whole blocks).
+EngineOptions small_pools() {
+  EngineOptions eo;
+  eo.base_rows = 512;
+  eo.residual_rows = 512;
+  eo.block_size = 4;
+  return eo;
+}
+
 class EngineLossBound : public ::testing::Test {
  protected:
   void SetUp() override { tiny_ = lorakv::testing::make_tiny_engine_model(); }
@@ -261,11 +270,7 @@ class EngineLossBound : public ::testing::Test {
   // against the direct one over the queries whose mass the kernel returned.
   void run(const std::string& policy, int64_t observed_queries) {
     constexpr int64_t kChunk = 8, kSteps = 6;
-    EngineOptions eo;
-    eo.base_rows = 512;
-    eo.residual_rows = 512;
-    eo.block_size = 4;
-    Engine engine(model(), eo);
+    Engine engine(model(), small_pools());
     cache::eviction::EvictionConfig e;
     e.policy = policy;
     e.budget_tokens = 12;
@@ -320,11 +325,7 @@ TEST_F(EngineLossBound, H2oEqualsTheDirectComputation) { run("h2o", 0); }
 TEST_F(EngineLossBound, SnapKvBoundsItsObservationWindowsQueries) { run("snapkv", 4); }
 
 TEST_F(EngineLossBound, OffByDefault) {
-  EngineOptions eo;
-  eo.base_rows = 256;
-  eo.residual_rows = 256;
-  eo.block_size = 4;
-  Engine engine(model(), eo);
+  Engine engine(model(), small_pools());
   cache::eviction::EvictionConfig e;
   e.policy = "streaming_llm";
   e.budget_tokens = 8;
@@ -367,11 +368,7 @@ TEST_F(EngineLossBound, WindowGrowthKeepsTheReplysNewestRowsUntilTheNextAppend) 
   // (up to the budget less sinks and window); without growth h2o drops the newest (they have
   // had the least attention). An append ends the reply: the extra rows are no longer protected.
   auto newest_kept = [&](double growth, bool append_after) {
-    EngineOptions eo;
-    eo.base_rows = 512;
-    eo.residual_rows = 512;
-    eo.block_size = 4;
-    Engine engine(model(), eo);
+    Engine engine(model(), small_pools());
     cache::eviction::EvictionConfig e;
     e.policy = "h2o";
     e.budget_tokens = 16;
