@@ -159,7 +159,7 @@ class ReferenceAttention final : public AttentionBackend {
     const at::Tensor k = in.k.select(1, 0).to(at::kFloat), v = in.v.select(1, 0).to(at::kFloat);
     l.k = l.k.defined() ? at::cat({l.k, k}) : k.clone();
     l.v = l.v.defined() ? at::cat({l.v, v}) : v.clone();
-    const int64_t t = in.q.size(0), heads = in.q.size(1), n = l.k.size(0);
+    const int64_t t = in.q.size(0), n = l.k.size(0);
     for (int64_t i = 0; i < t; ++i) l.positions.push_back(plan.positions[i].item<int64_t>());
     const at::Tensor q = in.q.to(at::kDouble);                                         // [T, heads, D]
     at::Tensor scores = at::einsum("thd,nd->thn", {q, l.k.to(at::kDouble)}) * scale_;  // [T, heads, N]
@@ -170,7 +170,6 @@ class ReferenceAttention final : public AttentionBackend {
     l.weights = at::softmax(scores, -1);
     l.out = at::einsum("thn,nd->thd", {l.weights, l.v.to(at::kDouble)});
     in.out.copy_(l.out.to(in.out.scalar_type()));
-    (void)heads;
   }
 
   // Keeps only the rows at `kept` positions of each layer.
