@@ -4,6 +4,8 @@
 // the masks leave behind when they hold too much.
 #include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "lorakv/cache/cache_manager.h"
 #include "lorakv/common/errors.h"
@@ -56,6 +58,10 @@ void CacheManager::cut_chains(SequenceState& s, int64_t first_block) {
     if (r.chain.size() > keep) r.chain.resize(keep);
   }
   s.indexable = false;
+  // Nothing reads the tokens of a sequence that indexes nothing more (suffix sequences, whose
+  // tokens a commit adopts, are never cut): an evicted history keeps no token list.
+  s.keeps_tokens = false;
+  std::vector<int32_t>().swap(s.tokens);
 }
 
 void CacheManager::drop_lane_block(SequenceState& s, int64_t lane, int64_t block, EvictionOutcome& out) {
@@ -81,6 +87,42 @@ void CacheManager::drop_lane_block(SequenceState& s, int64_t lane, int64_t block
   base.live.erase(base.live.begin() + from, base.live.begin() + to);  // all 0: num_evicted below
   base.num_evicted -= rows;
   if (!base.scores.empty()) base.scores.erase(base.scores.begin() + from, base.scores.begin() + to);
+}
+
+namespace {
+
+// Whether some lane of `s` still holds `position` as a live row.
+bool held_anywhere(const SequenceState& s, int32_t position) {
+  for (const BaseLane& l : s.lanes) {
+    const auto it = std::lower_bound(l.positions.begin(), l.positions.end(), position);
+    if (it != l.positions.end() && *it == position && l.is_live(it - l.positions.begin())) return true;
+  }
+  return false;
+}
+
+// `positions` (sorted, unique) as [begin, end) ranges of consecutive ones, clipped to `limit`.
+std::vector<std::pair<int64_t, int64_t>> ranges_below(const std::vector<int32_t>& positions, int64_t limit) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int32_t p : positions) {
+    if (p >= limit) break;
+    if (!out.empty() && out.back().second == p) {
+      ++out.back().second;
+    } else {
+      out.emplace_back(p, p + 1);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void CacheManager::forget_writers(SequenceState& s, std::vector<int32_t> left) {
+  std::sort(left.begin(), left.end());
+  left.erase(std::unique(left.begin(), left.end()), left.end());
+  left.erase(std::remove_if(left.begin(), left.end(), [&](int32_t p) { return held_anywhere(s, p); }), left.end());
+  if (left.empty()) return;
+  s.writers.forget(ranges_below(left, s.num_positions));
+  for (ResidualStream& r : s.residuals) r.writers.forget(ranges_below(left, r.covered));
 }
 
 EvictionOutcome CacheManager::evict(SeqId seq, const KeepSets& keep) {
@@ -115,8 +157,12 @@ EvictionOutcome CacheManager::evict(SeqId seq, const KeepSets& keep) {
   }
   if (first_touched == std::numeric_limits<int64_t>::max()) return out;  // keeps every live row
   cut_chains(s, first_touched);
+  std::vector<int32_t> left;  // positions of the rows leaving some lane
   for (size_t lane = 0; lane < s.lanes.size(); ++lane) {
     BaseLane& l = s.lanes[lane];
+    for (int64_t r = 0; r < l.table.num_rows; ++r) {
+      if (l.is_live(r) && !masks[lane][static_cast<size_t>(r)]) left.push_back(l.positions[static_cast<size_t>(r)]);
+    }
     const int64_t live_before = l.num_live();
     l.live = std::move(masks[lane]);
     const int64_t kept = static_cast<int64_t>(keep[lane].size());
@@ -131,6 +177,7 @@ EvictionOutcome CacheManager::evict(SeqId seq, const KeepSets& keep) {
     out.rows_masked += l.num_evicted;
     if (l.num_evicted == 0) l.live.clear();
   }
+  forget_writers(s, std::move(left));
   return out;
 }
 

@@ -111,7 +111,7 @@ Capacity CacheManager::can_append(SeqId seq, const AppendRequest& request) const
   cap.blocks_needed.assign(static_cast<size_t>(num_pools()), 0);
   for (int32_t p = 0; p < num_pools(); ++p) cap.blocks_free.push_back(allocator(p).num_free());
   const auto t = static_cast<int64_t>(request.tokens.size());
-  const auto new_length = static_cast<int64_t>(s.tokens.size()) + t;
+  const int64_t new_length = s.num_positions + t;
   // Positions are kept as int32 (BaseLane::positions, the kernel's views): refuse the row
   // that would not fit rather than wrap.
   if (s.first_position + new_length - 1 > std::numeric_limits<int32_t>::max()) {
@@ -134,8 +134,8 @@ Capacity CacheManager::can_append(SeqId seq, const AppendRequest& request) const
       if (pool < 0) continue;
       // Positions added to the base lane by this same request count too.
       int64_t add = static_cast<int64_t>(residual_rows_to_add(s, r, lane, ra.num_tokens).size());
-      if (r.covered + ra.num_tokens > static_cast<int64_t>(s.tokens.size())) {
-        add += r.covered + ra.num_tokens - std::max<int64_t>(r.covered, static_cast<int64_t>(s.tokens.size()));
+      if (r.covered + ra.num_tokens > s.num_positions) {
+        add += r.covered + ra.num_tokens - std::max<int64_t>(r.covered, s.num_positions);
       }
       cap.blocks_needed[static_cast<size_t>(pool)] += append_need(pool, r.lanes[static_cast<size_t>(lane)], add);
     }
@@ -181,7 +181,7 @@ std::optional<AppendSlots> CacheManager::append(SeqId seq, const AppendRequest& 
   SequenceState& s = state(seq);
   AppendSlots out;
   const auto t = static_cast<int64_t>(request.tokens.size());
-  out.first_position = s.first_position + static_cast<int64_t>(s.tokens.size());
+  out.first_position = s.first_position + s.num_positions;
   const uint32_t base_tag = tag_for(s.base_key.adapter);
   for (BaseLane& lane : s.lanes) {
     LaneSlots slots = append_rows(0, lane.table, t, base_tag, out.ops);
@@ -192,8 +192,9 @@ std::optional<AppendSlots> CacheManager::append(SeqId seq, const AppendRequest& 
     lane.extend_row_state();
     out.base.push_back(std::move(slots));
   }
-  s.tokens.insert(s.tokens.end(), request.tokens.begin(), request.tokens.end());
-  s.writers.insert(s.writers.end(), request.tokens.size(), request.writer);
+  if (s.keeps_tokens) s.tokens.insert(s.tokens.end(), request.tokens.begin(), request.tokens.end());
+  s.num_positions += t;
+  s.writers.append(t, request.writer);
   for (const ResidualAppend& ra : request.residuals) {
     ResidualStream& r = s.residuals[static_cast<size_t>(residual_index(s, ra.stream))];
     const uint32_t tag = tag_for(r.key.adapter);
@@ -211,7 +212,7 @@ std::optional<AppendSlots> CacheManager::append(SeqId seq, const AppendRequest& 
       lanes.push_back(std::move(slots));
     }
     r.covered += ra.num_tokens;
-    r.writers.insert(r.writers.end(), static_cast<size_t>(ra.num_tokens), request.writer);
+    r.writers.append(ra.num_tokens, request.writer);
     out.residual.push_back(std::move(lanes));
   }
   // In a transaction the rows are not written yet: the outermost commit indexes them.
@@ -276,8 +277,7 @@ int64_t CacheManager::host_metadata_bytes() const {
   int64_t bytes = index_.host_bytes();
   for (const BlockAllocator& a : allocators_) bytes += a.num_blocks() * static_cast<int64_t>(sizeof(int32_t) * 3 + sizeof(BlockId));
   for (const auto& [id, s] : seqs_) {
-    bytes += static_cast<int64_t>(sizeof(s) + s.tokens.capacity() * sizeof(int32_t) +
-                                  s.writers.capacity() * sizeof(AdapterIdentity) +
+    bytes += static_cast<int64_t>(sizeof(s) + s.tokens.capacity() * sizeof(int32_t) + s.writers.host_bytes() +
                                   s.base_chain.capacity() * sizeof(EntryId));
     for (const BaseLane& lane : s.lanes) {
       bytes += static_cast<int64_t>(sizeof(lane) + lane.table.blocks.capacity() * sizeof(BlockId) +
@@ -285,7 +285,7 @@ int64_t CacheManager::host_metadata_bytes() const {
                                     lane.scores.capacity() * sizeof(float));
     }
     for (const ResidualStream& r : s.residuals) {
-      bytes += static_cast<int64_t>(sizeof(r) + r.writers.capacity() * sizeof(AdapterIdentity));
+      bytes += static_cast<int64_t>(sizeof(r) + r.writers.host_bytes());
       for (const BlockTable& t : r.lanes) bytes += static_cast<int64_t>(sizeof(t) + t.blocks.capacity() * sizeof(BlockId));
     }
   }

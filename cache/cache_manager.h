@@ -8,7 +8,8 @@
 //   pool 0            base rows: K and V of heads_per_group KV heads, plus each row's position
 //   pool 1..          residual rows of one rank r (one pool per distinct rank), r values per
 //                     row; a residual stream with a per-layer rank_pattern uses several pools
-//   SequenceState     token ids and per-token writers of positions 0..n-1; per lane a base
+//   SequenceState     writers of positions 0..n-1 (as runs), their token ids while the
+//                     sequence can still index blocks (dropped at its first eviction); per lane a base
 //                     BlockTable and the positions of its rows (sorted, since appends grow and
 //                     compaction is stable); residual streams.
 //   ResidualStream    one adapted module (v or k) of one agent or shared-A group. It covers
@@ -52,6 +53,7 @@
 #include "lorakv/cache/block_allocator.h"
 #include "lorakv/cache/compaction.h"
 #include "lorakv/cache/prefix_index.h"
+#include "lorakv/common/position_runs.h"
 
 namespace lorakv::cache {
 
@@ -98,14 +100,20 @@ struct ResidualStream {
   std::vector<int32_t> pools;           // per layer; -1 where the rank is 0
   std::vector<BlockTable> lanes;        // per lane, parallel to the base lanes
   int64_t covered = 0;                  // positions [0, covered) have residual rows (where kept)
-  std::vector<AdapterIdentity> writers; // per covered position
+  PositionRuns<AdapterIdentity> writers;  // per covered position, as runs (writers.size() == covered)
   std::vector<EntryId> chain;           // its indexed blocks, one entry per token block
 };
 
 struct SequenceState {
   ContentKey base_key;
-  std::vector<int32_t> tokens;           // token id of each position 0..n-1
-  std::vector<AdapterIdentity> writers;  // whose hidden states filled each position's base rows
+  int64_t num_positions = 0;  // positions with base rows (held or evicted): first_position + 0..n-1
+  // Token id of each of those positions while they may still be indexed (or adopted into an
+  // indexable sequence); emptied, with keeps_tokens false, when the sequence stops indexing
+  // (first eviction or compaction): nothing reads them after, and an endless evicted history
+  // then costs no host bytes per token. Suffix sequences keep theirs (a commit adopts them).
+  std::vector<int32_t> tokens;
+  bool keeps_tokens = true;
+  PositionRuns<AdapterIdentity> writers;  // whose hidden states filled each position's base rows
   std::vector<BaseLane> lanes;           // layout.num_lanes(), layer-major
   std::vector<ResidualStream> residuals;
   std::vector<EntryId> base_chain;       // indexed base entries for blocks 0..size-1
@@ -293,6 +301,9 @@ class CacheManager {
   // Ends the sequence's chains before `first_block` (unindexing those entries) and stops
   // indexing it.
   void cut_chains(SequenceState& s, int64_t first_block);
+  // The writers of those of `left` (positions whose rows just left some lane) that no lane
+  // holds any more are forgotten (PositionRuns::forget): runs stay as few as the held rows.
+  void forget_writers(SequenceState& s, std::vector<int32_t> left);
   // Entries it adds to the index go to `inserted` (reserved by the caller) when given.
   void register_full_blocks(SequenceState& s, std::vector<EntryId>* inserted = nullptr);
   // Saves `seq`'s state (nullopt: it does not exist yet) the first time the innermost open

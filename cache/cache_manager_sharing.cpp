@@ -37,12 +37,13 @@ void CacheManager::create_sequence(SeqId seq, const ContentKey& base_key, const 
     LORAKV_ASSERT(e.key.key == base_key, "prefix match for another content key");
     for (size_t lane = 0; lane < s.lanes.size(); ++lane) s.lanes[lane].table.blocks.push_back(e.blocks[lane].block);
     s.tokens.insert(s.tokens.end(), e.key.tokens.begin(), e.key.tokens.end());
-    s.writers.insert(s.writers.end(), e.writers.begin(), e.writers.end());
+    s.num_positions += static_cast<int64_t>(e.key.tokens.size());
+    s.writers.append(PositionRuns<AdapterIdentity>::from(e.writers));
     s.base_chain.push_back(id);
   }
   for (BaseLane& lane : s.lanes) {
-    lane.table.num_rows = static_cast<int64_t>(s.tokens.size());
-    for (size_t p = 0; p < s.tokens.size(); ++p) lane.positions.push_back(static_cast<int32_t>(p));
+    lane.table.num_rows = s.num_positions;
+    for (int64_t p = 0; p < s.num_positions; ++p) lane.positions.push_back(static_cast<int32_t>(p));
   }
   // The references last: retaining cannot fail, so no block is ever retained for a
   // sequence that then fails to exist.
@@ -101,7 +102,7 @@ int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vec
       t.num_rows += layout().block_size;
     }
     r.covered += layout().block_size;
-    r.writers.insert(r.writers.end(), entry.writers.begin(), entry.writers.end());
+    r.writers.append(PositionRuns<AdapterIdentity>::from(entry.writers));
     r.chain.push_back(*e);
     probe.parent = *e;
   }
@@ -134,13 +135,13 @@ void CacheManager::register_full_blocks(SequenceState& s, std::vector<EntryId>* 
     chain.erase(dead, chain.end());
   };
   prune(s.base_chain);
-  const auto full = static_cast<int64_t>(s.tokens.size()) / bs;
+  const int64_t full = s.num_positions / bs;
   for (auto i = static_cast<int64_t>(s.base_chain.size()); i < full; ++i) {
     PrefixEntryKey key;
     key.parent = i > 0 ? s.base_chain.back() : EntryId();
     key.key = s.base_key;
     key.tokens.assign(s.tokens.begin() + i * bs, s.tokens.begin() + (i + 1) * bs);
-    std::vector<AdapterIdentity> writers(s.writers.begin() + i * bs, s.writers.begin() + (i + 1) * bs);
+    std::vector<AdapterIdentity> writers = s.writers.slice(i * bs, (i + 1) * bs);
     std::vector<BlockRef> blocks;
     for (const BaseLane& lane : s.lanes) blocks.push_back({0, lane.table.blocks[static_cast<size_t>(i)]});
     add(s.base_chain, std::move(key), std::move(writers), std::move(blocks));
@@ -153,7 +154,7 @@ void CacheManager::register_full_blocks(SequenceState& s, std::vector<EntryId>* 
       key.parent = i > 0 ? r.chain.back() : EntryId();
       key.base = s.base_chain[static_cast<size_t>(i)];
       key.key = r.key;
-      std::vector<AdapterIdentity> writers(r.writers.begin() + i * bs, r.writers.begin() + (i + 1) * bs);
+      std::vector<AdapterIdentity> writers = r.writers.slice(i * bs, (i + 1) * bs);
       std::vector<BlockRef> blocks;
       for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
         const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
@@ -167,11 +168,11 @@ void CacheManager::register_full_blocks(SequenceState& s, std::vector<EntryId>* 
 Capacity CacheManager::can_adopt_suffix(SeqId seq, SeqId suffix) const {
   const SequenceState& s = sequence(seq);
   const SequenceState& x = sequence(suffix);
-  LORAKV_ASSERT(x.first_position == s.first_position + static_cast<int64_t>(s.tokens.size()),
+  LORAKV_ASSERT(x.first_position == s.first_position + s.num_positions,
                 "suffix " << suffix.value() << " does not start after sequence " << seq.value());
   LORAKV_ASSERT(s.residuals.empty() && x.residuals.empty(), "adopting rows of a sequence with residual streams");
   AppendRequest as_append;
-  as_append.tokens = x.tokens;
+  as_append.tokens.assign(static_cast<size_t>(x.num_positions), 0);  // can_append counts them
   return can_append(seq, as_append);
 }
 
@@ -180,7 +181,7 @@ std::optional<StorageOps> CacheManager::adopt_suffix(SeqId seq, SeqId suffix) {
   remember(seq);
   SequenceState& s = state(seq);
   const SequenceState& x = sequence(suffix);
-  const auto n = static_cast<int64_t>(x.tokens.size());
+  const int64_t n = x.num_positions;
   StorageOps ops;
   const uint32_t tag = tag_for(s.base_key.adapter);
   const int64_t bs = layout().block_size;
@@ -195,8 +196,9 @@ std::optional<StorageOps> CacheManager::adopt_suffix(SeqId seq, SeqId suffix) {
     s.lanes[lane].positions.insert(s.lanes[lane].positions.end(), positions.begin(), positions.end());
     s.lanes[lane].extend_row_state();
   }
-  s.tokens.insert(s.tokens.end(), x.tokens.begin(), x.tokens.end());
-  s.writers.insert(s.writers.end(), x.writers.begin(), x.writers.end());
+  if (s.keeps_tokens) s.tokens.insert(s.tokens.end(), x.tokens.begin(), x.tokens.end());
+  s.num_positions += n;
+  s.writers.append(x.writers);
   if (journal_.empty()) register_full_blocks(s);  // else the outermost commit does
   return ops;  // the caller applies the moves, then releases the suffix
 }

@@ -79,7 +79,7 @@ void CacheManager::commit_transaction() {
     auto it = seqs_.find(seq);
     if (it == seqs_.end()) continue;
     SequenceState& s = it->second;
-    bound += (s.tokens.size() / static_cast<size_t>(layout().block_size) + 1) * (s.residuals.size() + 1);
+    bound += (static_cast<size_t>(s.num_positions / layout().block_size) + 1) * (s.residuals.size() + 1);
     std::vector<std::vector<EntryId>> saved_chains{s.base_chain};
     for (const ResidualStream& r : s.residuals) saved_chains.push_back(r.chain);
     chains.emplace_back(&s, std::move(saved_chains));

@@ -370,7 +370,7 @@ SeqId Engine::adoption_target(const ContextState& c, const ReaderState& r) const
   // An aLoRA reader's private rows hold the adapter's K/V; its context rows are base rows.
   if (r.activated()) return SeqId();
   const cache::SequenceState& t = cache_->manager().sequence(target);
-  if (static_cast<int64_t>(t.tokens.size()) != n || !t.residuals.empty()) return SeqId();
+  if (t.num_positions != n || !t.residuals.empty()) return SeqId();
   return target;
 }
 
@@ -425,6 +425,7 @@ EngineMemory Engine::memory() const {
   m.model_weight_bytes = model_.weights().num_bytes;
   std::vector<const adapters::Adapter*> seen;
   for (const auto& [id, c] : state_->contexts) {
+    m.trajectory_bytes += static_cast<int64_t>(c.tokens.capacity() * sizeof(int32_t));
     for (const ReaderState& r : c.readers) {
       if (r.adapter && std::find(seen.begin(), seen.end(), r.adapter.get()) == seen.end()) {
         seen.push_back(r.adapter.get());

@@ -153,6 +153,10 @@ struct EngineMemory {
   cache::CacheStats cache;
   int64_t model_weight_bytes = 0;  // the base model's weights as held
   int64_t adapter_bytes = 0;       // A and B of every adapter some reader uses (each once)
+  // Every context's token ids, 4 bytes a token: the trajectory is kept whole, evicted or not
+  // (Session::tokens and text return it, a save holds it, a reader added later re-reads it).
+  // The cache's own per-position lists go at a sequence's first eviction (cache_manager.h).
+  int64_t trajectory_bytes = 0;
 };
 
 // One sequence's rows as the pools hold them (Engine::export_context): importing them gives

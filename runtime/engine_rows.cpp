@@ -27,7 +27,7 @@ SequenceRows export_sequence(const cache::PagedKvCache& cache, SeqId seq) {
   SequenceRows rows;
   rows.key = st.base_key;
   rows.tokens = st.tokens;
-  rows.writers = st.writers;
+  rows.writers = st.writers.expand();
   const int64_t layers = cache.layout().num_layers;
   for (int64_t layer = 0; layer < layers; ++layer) {
     const cache::GatheredRows g = cache.gather_layer(seq, layer);  // [heads, n, head_dim]
@@ -35,7 +35,7 @@ SequenceRows export_sequence(const cache::PagedKvCache& cache, SeqId seq) {
     rows.v.push_back(g.v.permute({1, 0, 2}).contiguous());
   }
   for (const cache::ResidualStream& r : st.residuals) {
-    SequenceRows::Residual out{r.key, r.ranks, r.writers, {}};
+    SequenceRows::Residual out{r.key, r.ranks, r.writers.expand(), {}};
     for (int64_t layer = 0; layer < layers; ++layer) {
       const bool adapted = r.ranks[static_cast<size_t>(layer)] > 0;
       out.c.push_back(adapted ? cache.gather_residual(seq, r.key, layer, 0).c : at::Tensor());
@@ -114,8 +114,8 @@ void import_sequence(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& 
   cache::PrefixMatch match = cache.match_prefix(rows.key, rows.tokens, {});
   cache.create_sequence(seq, rows.key, match);
   int64_t from = match.num_tokens;
-  const std::vector<AdapterIdentity>& adopted = cache.manager().sequence(seq).writers;
-  if (!std::equal(adopted.begin(), adopted.begin() + from, rows.writers.begin())) {
+  const std::vector<AdapterIdentity> adopted = cache.manager().sequence(seq).writers.slice(0, from);
+  if (!std::equal(adopted.begin(), adopted.end(), rows.writers.begin())) {
     cache.release(seq);  // written by others: not these rows
     cache.create_sequence(seq, rows.key);
     from = 0;
@@ -164,7 +164,7 @@ ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>
   const ContextState& c = state_->context(context);
   // With a policy, rows may be evicted or packed: each lane goes with its rows as they are.
   const auto export_rows = [&](SeqId seq) {
-    SequenceRows rows = c.policy ? export_lanes(*cache_, seq) : export_sequence(*cache_, seq);
+    SequenceRows rows = c.policy ? export_lanes(*cache_, seq, c.tokens) : export_sequence(*cache_, seq);
     if (const QueryAnchor* a = c.query_anchor(seq); a && a->sum.defined()) {
       rows.query_sum = a->sum.clone();
       rows.query_count = a->count;

@@ -26,7 +26,7 @@ int64_t coverage(const cache::PagedKvCache& cache, SeqId seq, const ReaderStream
 }
 
 int64_t rows_of(const cache::PagedKvCache& cache, SeqId seq) {
-  return seq.valid() ? static_cast<int64_t>(cache.manager().sequence(seq).tokens.size()) : 0;
+  return seq.valid() ? cache.manager().sequence(seq).num_positions : 0;
 }
 
 // The streams a reader's processing fills: its own (base_shared) or the context's (base_lr_shared).
@@ -97,7 +97,7 @@ std::optional<size_t> entry_writing_prefix(const cache::PagedKvCache& cache, con
       common += bs;
     }
     if (common == matched) continue;
-    const std::vector<AdapterIdentity> writers(s.writers.begin() + matched, s.writers.begin() + common);
+    const std::vector<AdapterIdentity> writers = s.writers.slice(matched, common);
     if (want.filter.accepts(writers)) return entry;
   }
   return std::nullopt;

@@ -220,14 +220,18 @@ void check_residual(const cache::CacheLayout& l, const SequenceRows& rows, size_
 
 }  // namespace
 
-SequenceRows export_lanes(const cache::PagedKvCache& cache, SeqId seq) {
+SequenceRows export_lanes(const cache::PagedKvCache& cache, SeqId seq, const std::vector<int32_t>& context_tokens) {
   const cache::CacheManager& m = cache.manager();
   const cache::SequenceState& st = m.sequence(seq);
   LORAKV_ASSERT(st.first_position == 0, "exporting private rows lane by lane");
+  LORAKV_ASSERT(st.num_positions <= static_cast<int64_t>(context_tokens.size()),
+                "sequence " << seq.value() << " holds " << st.num_positions << " positions of a " << context_tokens.size()
+                            << "-token context");
   SequenceRows rows;
   rows.key = st.base_key;
-  rows.tokens = st.tokens;
-  rows.writers = st.writers;
+  // An evicted sequence keeps no token list (cache_manager.h): its positions are the context's first ones.
+  rows.tokens.assign(context_tokens.begin(), context_tokens.begin() + st.num_positions);
+  rows.writers = st.writers.expand();
   const int64_t lanes = cache.layout().num_lanes();
   for (int64_t lane = 0; lane < lanes; ++lane) {
     const cache::BaseLane& l = st.lanes[static_cast<size_t>(lane)];
@@ -237,7 +241,7 @@ SequenceRows export_lanes(const cache::PagedKvCache& cache, SeqId seq) {
     rows.lanes.push_back({l.positions, l.live, l.scores});
   }
   for (const cache::ResidualStream& r : st.residuals) {
-    SequenceRows::Residual out{r.key, r.ranks, r.writers, {}};
+    SequenceRows::Residual out{r.key, r.ranks, r.writers.expand(), {}};
     for (int64_t lane = 0; lane < lanes; ++lane) {
       const int32_t pool = r.pools[static_cast<size_t>(cache.layout().layer_of(lane))];
       out.c.push_back(pool < 0 ? at::Tensor() : cache.pool(pool).gather_a(long_tensor(m.residual_slots(seq, r.key, lane))));

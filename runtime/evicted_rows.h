@@ -6,14 +6,16 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "lorakv/cache/paged_kv_cache.h"
 #include "lorakv/runtime/engine.h"
 
 namespace lorakv::runtime {
 
-// The rows of `seq` (not a suffix sequence) lane by lane.
-SequenceRows export_lanes(const cache::PagedKvCache& cache, SeqId seq);
+// The rows of `seq` (not a suffix sequence) lane by lane; its tokens are the first of
+// `context_tokens` (the sequence itself forgets them at its first eviction).
+SequenceRows export_lanes(const cache::PagedKvCache& cache, SeqId seq, const std::vector<int32_t>& context_tokens);
 
 // Throws ConfigError naming the lane (or stream) and what is wrong when `rows.lanes` is not
 // a state eviction leaves in this layout: positions not ascending or past the tokens, masks

@@ -11,6 +11,7 @@
 #include "lorakv/formats/gguf_file.h"
 #include "lorakv/kernels/attention.h"
 #include "lorakv/runtime/layer_attention.h"
+#include "lorakv/runtime/reproducible_blas.h"
 #include "lorakv/kernels/rope.h"
 
 namespace lorakv::runtime {
@@ -36,7 +37,9 @@ LlamaModel::LlamaModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       inv_freq_(make_inv_freq(config_)),
-      lora_stacks_(static_cast<size_t>(config_.num_layers * kNumModules)) {}
+      lora_stacks_(static_cast<size_t>(config_.num_layers * kNumModules)) {
+  (void)reproducible_blas_requested();  // links the request (reproducible_blas.cpp) into every program with a model
+}
 
 std::unique_ptr<LlamaModel> LlamaModel::from_gguf(const formats::GgufFile& file, at::ScalarType dtype,
                                                   WeightForm form) {

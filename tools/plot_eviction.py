@@ -87,6 +87,11 @@ def main() -> None:
     draw_streaming(d)
 
 
+def r0_keys(rows: list) -> set:
+    """The columns of a CSV's rows (older streaming CSVs lack trajectory_bytes)."""
+    return set(rows[0].keys()) if rows else set()
+
+
 def draw_streaming(d: Path) -> None:
     """eviction_streaming.png: memory over one long session (the streaming part), if it ran."""
     rows = read_rows(d / "eviction_streaming.csv")
@@ -98,7 +103,9 @@ def draw_streaming(d: Path) -> None:
     ax.plot(tokens, mib("resident_bytes"), marker="o", label="process resident memory")
     ax.plot(tokens, mib("pool_reserved_bytes"), linestyle="--", label="KV pools reserved (sized from the budget)")
     ax.plot(tokens, mib("kv_bytes_in_use"), marker=".", label="KV in use after the chunk's steps")
-    ax.plot(tokens, [int(r["host_metadata_bytes"]) / 2**20 for r in rows], marker=".", label="cache host metadata")
+    ax.plot(tokens, mib("host_metadata_bytes"), marker=".", label="cache host metadata")
+    if "trajectory_bytes" in r0_keys(rows):
+        ax.plot(tokens, mib("trajectory_bytes"), linestyle=":", label="the trajectory's token ids (kept whole)")
     r0 = rows[0]
     ax.set_xlabel("tokens appended")
     ax.set_ylabel("MiB")

@@ -76,7 +76,7 @@ void run_eviction_streaming(const runtime::LlamaModel& model, const std::vector<
   const std::string path = dir + "/eviction_streaming.csv";
   std::ofstream csv(path);
   csv << "policy,budget,chunk,readers,decode_tokens,tokens,kv_bytes_in_use,kv_bytes_peak,pool_reserved_bytes,"
-         "host_metadata_bytes,resident_bytes,seconds\n";
+         "host_metadata_bytes,trajectory_bytes,resident_bytes,seconds\n";
   char line[320];
   std::snprintf(line, sizeof line,
                 "\nstreaming: %lld tokens in chunks of %lld into one base_shared context read by %lld agents, each "
@@ -84,8 +84,9 @@ void run_eviction_streaming(const runtime::LlamaModel& model, const std::vector<
                 static_cast<long long>(total), static_cast<long long>(o.chunk), static_cast<long long>(o.readers),
                 static_cast<long long>(o.decode_tokens), o.policy.c_str(), static_cast<long long>(o.budget),
                 static_cast<long long>(pool_rows(o, eo.block_size)), mib(eo.kv_pool_bytes));
-  out << line << "| tokens | KV in use MiB | KV peak MiB | pools reserved MiB | host metadata KiB | resident MiB | s |\n"
-      << "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+  out << line
+      << "| tokens | KV in use MiB | KV peak MiB | pools reserved MiB | host metadata KiB | trajectory KiB | resident MiB | s |\n"
+      << "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   const auto start = std::chrono::steady_clock::now();
   for (int64_t pos = 0; pos + o.chunk <= total; pos += o.chunk) {
     engine.append(ctx, std::vector<int32_t>(tokens.begin() + pos, tokens.begin() + pos + o.chunk));
@@ -93,16 +94,19 @@ void run_eviction_streaming(const runtime::LlamaModel& model, const std::vector<
     decode_and_drop(engine, ctx, tokens, pos + o.chunk, o);
     const int64_t done = pos + o.chunk;
     if (done % o.report_every != 0 && done + o.chunk <= total) continue;
-    const cache::CacheStats s = engine.memory().cache;
+    const runtime::EngineMemory memory = engine.memory();
+    const cache::CacheStats& s = memory.cache;
     const int64_t rss = resident_bytes();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     csv << o.policy << "," << o.budget << "," << o.chunk << "," << o.readers << "," << o.decode_tokens << "," << done << ","
-        << s.bytes_in_use << "," << s.peak_bytes_in_use << "," << s.reserved_bytes << "," << s.metadata_bytes << "," << rss
+        << s.bytes_in_use << "," << s.peak_bytes_in_use << "," << s.reserved_bytes << "," << s.metadata_bytes << ","
+        << memory.trajectory_bytes << "," << rss
         << "," << seconds << "\n";
     csv.flush();
-    std::snprintf(line, sizeof line, "| %lld | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f |\n", static_cast<long long>(done),
-                  mib(s.bytes_in_use), mib(s.peak_bytes_in_use), mib(s.reserved_bytes),
-                  static_cast<double>(s.metadata_bytes) / 1024, mib(rss), seconds);
+    std::snprintf(line, sizeof line, "| %lld | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f |\n",
+                  static_cast<long long>(done), mib(s.bytes_in_use), mib(s.peak_bytes_in_use), mib(s.reserved_bytes),
+                  static_cast<double>(s.metadata_bytes) / 1024, static_cast<double>(memory.trajectory_bytes) / 1024,
+                  mib(rss), seconds);
     out << line << std::flush;
   }
   out << "wrote " << path << "\n";

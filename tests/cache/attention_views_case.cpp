@@ -57,7 +57,7 @@ ContentKey agent_v_stream(StorageDtype dtype) { return ContentKey::residual(Stre
 
 void append_random(PagedKvCache& cache, SeqId seq, int64_t count, const std::vector<ContentKey>& streams) {
   std::vector<int32_t> tokens(static_cast<size_t>(count));
-  std::iota(tokens.begin(), tokens.end(), 100 + static_cast<int32_t>(cache.manager().sequence(seq).tokens.size()));
+  std::iota(tokens.begin(), tokens.end(), 100 + static_cast<int32_t>(cache.manager().sequence(seq).num_positions));
   AppendRequest request{tokens, kAgent, {}};
   for (const ContentKey& key : streams) request.residuals.push_back({key, count});
   const std::optional<AppendSlots> slots = cache.append(seq, request);

@@ -152,6 +152,47 @@ TEST(CacheEviction, MaskAndScoresFollowAppendsAndPacking) {
   EXPECT_EQ(m.allocator(0).num_used(), 4 * 2);
 }
 
+// The writer of position t in the test below: two writers taking turns of 5 tokens.
+AdapterIdentity turn_writer(int64_t t) { return (t / 5) % 2 ? kA : AdapterIdentity::base_model(); }
+
+TEST(CacheEviction, AnEvictedHistoryCostsNoHostBytesPerToken) {
+  // A sliding window (2 sinks + 6 recent rows) over 3,000 one-token appends: the token list
+  // goes at the first eviction and the writer runs shrink to the held rows', so the host
+  // metadata after 3,000 tokens is no more than after 1,000 (it grew by 68 bytes a token
+  // with a token id and a 32-byte writer identity per position, and one per residual row).
+  CacheManager m(small_config());
+  m.create_sequence(SeqId(1), kBase);
+  (void)m.attach_residual(SeqId(1), kResA, {2, 2}, {});
+  constexpr int64_t kSinks = 2, kWindow = 6, kTokens = 3000;
+  int64_t at_1000 = 0;
+  for (int64_t t = 0; t < kTokens; ++t) {
+    ASSERT_TRUE(m.append(SeqId(1), {{static_cast<int32_t>(t)}, turn_writer(t), {{kResA, 1}}}));
+    KeepSets keep(4);
+    for (int64_t lane = 0; lane < 4; ++lane) {
+      const std::vector<int32_t>& positions = m.sequence(SeqId(1)).lanes[static_cast<size_t>(lane)].positions;
+      for (int64_t row : m.live_rows(SeqId(1), lane)) {
+        const int32_t p = positions[static_cast<size_t>(row)];
+        if (p < kSinks || p > t - kWindow) keep[static_cast<size_t>(lane)].push_back(row);
+      }
+    }
+    (void)m.evict(SeqId(1), keep);
+    if (t == 999) at_1000 = m.host_metadata_bytes();
+  }
+  const SequenceState& s = m.sequence(SeqId(1));
+  EXPECT_EQ(s.num_positions, kTokens);
+  EXPECT_TRUE(s.tokens.empty());
+  EXPECT_FALSE(s.keeps_tokens);
+  EXPECT_LE(s.writers.num_runs(), 4) << "sinks' writer, then at most 3 turns in the window";
+  EXPECT_LE(m.host_metadata_bytes(), at_1000);
+  // Held positions keep their own writers, in the base and the residual stream.
+  const ResidualStream& r = m.residual(SeqId(1), kResA);
+  for (int64_t p : {int64_t{0}, int64_t{1}, kTokens - 6, kTokens - 4, kTokens - 1}) {
+    EXPECT_EQ(s.writers[p], turn_writer(p)) << p;
+    EXPECT_EQ(r.writers[p], turn_writer(p)) << p;
+  }
+  EXPECT_EQ(m.live_rows(SeqId(1), 0).size(), static_cast<size_t>(kSinks + kWindow));
+}
+
 TEST(CacheEviction, RefusesBadKeepSets) {
   CacheManager m(small_config());
   m.create_sequence(SeqId(1), kBase);

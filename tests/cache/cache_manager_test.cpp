@@ -215,6 +215,7 @@ TEST(CacheManager, ShortfallIsAValueAndQueriesArePure) {
   EXPECT_EQ(cap.blocks_needed[0], 4);
   EXPECT_EQ(m.allocator(0).num_used(), 4);
   EXPECT_EQ(m.sequence(SeqId(1)).tokens.size(), 4u);
+  EXPECT_EQ(m.sequence(SeqId(1)).num_positions, 4);
 }
 
 TEST(CacheManager, CompactionFreesBlocksPerHeadAndLeavesTheIndex) {
@@ -281,7 +282,7 @@ TEST(CacheManager, PositionPastInt32IsRefusedNotWrapped) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("position 2147483648"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(m.sequence(SeqId(1)).tokens.size(), 2u);
+  EXPECT_EQ(m.sequence(SeqId(1)).num_positions, 2);
   EXPECT_EQ(m.allocator(0).num_used(), used);
 }
 

@@ -39,16 +39,22 @@ CacheConfig config(int64_t heads_per_group, StorageDtype dtype = StorageDtype::k
   return c;
 }
 
-// Appends tokens written by `writer`, with residual rows for the given streams.
+// Appends tokens written by `writer`, with residual rows for the given streams. `history`:
+// every token of the sequence after this append, needed once a compaction dropped the
+// sequence's own token list.
 void append(PagedKvCache& cache, SeqId seq, const std::vector<int32_t>& new_tokens, AdapterIdentity writer,
-            const std::vector<std::pair<ContentKey, int64_t>>& residual_agents, int64_t residual_tokens) {
+            const std::vector<std::pair<ContentKey, int64_t>>& residual_agents, int64_t residual_tokens,
+            const std::vector<int32_t>* history = nullptr) {
   AppendRequest req{new_tokens, writer, {}};
   for (const auto& [key, agent] : residual_agents) req.residuals.push_back({key, residual_tokens});
   std::vector<int64_t> covered_before;
   for (const auto& [key, agent] : residual_agents) covered_before.push_back(cache.manager().residual(seq, key).covered);
   auto slots = cache.append(seq, req);
   ASSERT_TRUE(slots);
-  const std::vector<int32_t>& all = cache.manager().sequence(seq).tokens;
+  const SequenceState& state = cache.manager().sequence(seq);
+  ASSERT_TRUE(state.keeps_tokens || history) << "the sequence keeps no token list: pass the history";
+  const std::vector<int32_t>& all = state.keeps_tokens ? state.tokens : *history;
+  ASSERT_EQ(static_cast<int64_t>(all.size()), state.num_positions);
   for (int64_t layer = 0; layer < cache.layout().num_layers; ++layer) {
     at::Tensor k = make_k(cache.layout(), layer, slots->first_position, new_tokens);
     cache.write_base(*slots, layer, k, k + 0.25);
@@ -114,12 +120,14 @@ TEST(PagedKvCache, PerHeadCompactionKeepsResidualsAligned) {
     expect_residual_aligned(cache, SeqId(1), res_b, 2, tokens);
     expect_residual_aligned(cache, SeqId(1), res_bk, 2, tokens);
     // B catches up over positions 5..13: each head stores rows only for the tokens it kept.
-    append(cache, SeqId(1), {}, kB, {{res_b, 2}, {res_bk, 2}}, 9);
+    EXPECT_FALSE(cache.manager().sequence(SeqId(1)).keeps_tokens) << "compaction drops the token list";
+    EXPECT_TRUE(cache.manager().sequence(SeqId(1)).tokens.empty());
+    append(cache, SeqId(1), {}, kB, {{res_b, 2}, {res_bk, 2}}, 9, &tokens);
     expect_residual_aligned(cache, SeqId(1), res_b, 2, tokens);
     // New tokens after eviction land behind every head's survivors, residuals included.
     std::vector<int32_t> more{60, 61, 62, 63, 64};
-    append(cache, SeqId(1), more, kA, {{res_a, 1}}, 5);
     tokens.insert(tokens.end(), more.begin(), more.end());
+    append(cache, SeqId(1), more, kA, {{res_a, 1}}, 5, &tokens);
     expect_lanes_hold(cache, SeqId(1), tokens);
     expect_residual_aligned(cache, SeqId(1), res_a, 1, tokens);
     expect_residual_aligned(cache, SeqId(1), res_b, 2, tokens);

@@ -282,7 +282,7 @@ TEST_F(EngineEviction, LongSharedSessionKeepsTheRuleAndReturnsMemory) {
   const ContextId ctx =
       engine.create_context({SharingMode::kBaseLrShared, SharedWriter::kFirst, streaming()}, readers);
   std::mt19937 rng(11);
-  int64_t tokens = 0, max_bytes = 0, evicting_steps = 0, commits = 0;
+  int64_t tokens = 0, max_bytes = 0, evicting_steps = 0, commits = 0, metadata_at_500 = 0;
   const int64_t chunk_cap = 16;
   for (int step = 0; step < 2000; ++step) {
     // Text arrives now and then (a tool's output, another turn); readers catch up in chunks
@@ -317,15 +317,22 @@ TEST_F(EngineEviction, LongSharedSessionKeepsTheRuleAndReturnsMemory) {
     // The context's shared rows show exactly the rule's positions, in every lane.
     const SeqId shared = shared_sequence(engine);
     ASSERT_TRUE(shared.valid());
-    const int64_t processed = static_cast<int64_t>(engine.cache().manager().sequence(shared).tokens.size());
+    const int64_t processed = engine.cache().manager().sequence(shared).num_positions;
     const std::vector<std::vector<int32_t>> kept = engine.kept_positions(ctx);
     ASSERT_EQ(static_cast<int64_t>(kept.size()), engine.cache().layout().num_lanes());
     for (int64_t lane = 0; lane < engine.cache().layout().num_lanes(); ++lane) {
       ASSERT_EQ(kept[static_cast<size_t>(lane)], streaming_keeps(processed)) << "step " << step << " lane " << lane;
     }
     max_bytes = std::max(max_bytes, engine.memory().cache.bytes_in_use);
+    if (step == 500) metadata_at_500 = engine.memory().cache.metadata_bytes;
   }
   EXPECT_GT(tokens, 40 * kBudget) << "the session ran far past its budget";
+  // The cache's host bookkeeping does not grow with the evicted history (it grew 36 bytes a
+  // token, about 250 KiB over this session, with a token id and a writer per position): the
+  // slack is the readers' private rows, which come and go (a few KiB at most).
+  EXPECT_LE(engine.memory().cache.metadata_bytes, metadata_at_500 + 8 * 1024);
+  // The trajectory itself stays whole (Session::tokens, saves and late readers use it).
+  EXPECT_GE(engine.memory().trajectory_bytes, 4 * tokens);
   EXPECT_GE(evicting_steps, 200);
   EXPECT_GE(commits, 100);
   // Per lane: the shared rows in at most blocks_for(budget + one chunk) blocks, plus two

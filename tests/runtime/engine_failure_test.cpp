@@ -99,7 +99,7 @@ std::string describe_tables(const Engine& e) {
   const cache::CacheManager& m = e.cache().manager();
   for (SeqId id : m.sequences()) {
     const cache::SequenceState& s = m.sequence(id);
-    out << "seq " << id.value() << " first " << s.first_position << " tokens " << s.tokens.size() << " lanes:";
+    out << "seq " << id.value() << " first " << s.first_position << " positions " << s.num_positions << " lanes:";
     for (const cache::BaseLane& l : s.lanes) {
       out << " [" << l.table.num_rows << ":";
       for (BlockId b : l.table.blocks) out << " " << b.value() << "/" << m.allocator(0).refcount(b);
