@@ -13,6 +13,8 @@ RuntimeOptions runtime_options(const config::SessionConfig& c) {
   o.kv_pool_bytes = c.cache.pool_bytes;
   o.residual_rows_per_base_row = c.cache.residual_rows_per_base_row;
   o.block_size = c.cache.block_size;
+  o.kv_dtype = c.cache.kv_dtype;
+  o.residual_dtype = c.cache.residual_dtype;
   o.prefill_chunk = c.cache.prefill_chunk;
   o.step_token_budget = c.cache.step_token_budget;
   return o;

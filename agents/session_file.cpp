@@ -47,7 +47,8 @@ formats::SafetensorsDtype dtype_of(const at::Tensor& t) {
   if (t.scalar_type() == at::kBFloat16) return formats::SafetensorsDtype::kBF16;
   if (t.scalar_type() == at::kInt) return formats::SafetensorsDtype::kI32;  // lane positions
   if (t.scalar_type() == at::kByte) return formats::SafetensorsDtype::kU8;  // lane masks
-  throw ConfigError("rows of this dtype cannot be saved", {"", "", "float32 or bfloat16", c10::toString(t.scalar_type())});
+  if (t.scalar_type() == at::kChar) return formats::SafetensorsDtype::kI8;  // int8 rows (version 3)
+  throw ConfigError("rows of this dtype cannot be saved", {"", "", "float32, bfloat16 or int8", c10::toString(t.scalar_type())});
 }
 
 // Collects a sequence's tensors and its JSON part.
@@ -93,6 +94,10 @@ struct Encoder {
     for (size_t l = 0; l < rows.k.size(); ++l) {
       add(prefix + ".k." + std::to_string(l), rows.k[l]);
       add(prefix + ".v." + std::to_string(l), rows.v[l]);
+      if (!rows.k_scale.empty()) {  // int8 rows (version 3): their float32 scales
+        add(prefix + ".ks." + std::to_string(l), rows.k_scale[l]);
+        add(prefix + ".vs." + std::to_string(l), rows.v_scale[l]);
+      }
     }
     if (!rows.lanes.empty()) {
       put(o, "lanes", encode_lanes(prefix, rows.lanes, [this](const std::string& name, const at::Tensor& t) { add(name, t); }));
@@ -126,6 +131,7 @@ struct Decoder {
   const std::string& path;
   const formats::SafetensorsFile& file;
   const JsonValue& checksums;
+  int64_t version = 0;
 
   [[noreturn]] void fail(const std::string& what, const std::string& field) const {
     throw SessionFileError(what, {path, field, "", "", "the file is damaged, or not a lorakv session"});
@@ -139,8 +145,11 @@ struct Decoder {
 
   cache::ContentKey key(const JsonValue& v) const {
     cache::ContentKey k;
-    k.kind = static_cast<cache::StreamKind>(v.at("kind").as_int());
-    k.dtype = static_cast<cache::StorageDtype>(v.at("dtype").as_int());
+    const int64_t kind = v.at("kind").as_int(), dtype = v.at("dtype").as_int();
+    if (kind < 0 || kind > static_cast<int64_t>(cache::StreamKind::kResidualK)) fail("an unknown stream kind", v.at("kind").path());
+    if (dtype < 0 || dtype > static_cast<int64_t>(cache::StorageDtype::kInt8)) fail("an unknown dtype", v.at("dtype").path());
+    k.kind = static_cast<cache::StreamKind>(kind);
+    k.dtype = static_cast<cache::StorageDtype>(dtype);
     k.adapter = identity(v.at("adapter"), v.at("adapter").path());
     return k;
   }
@@ -160,6 +169,7 @@ struct Decoder {
     const formats::SafetensorsTensorInfo* info = &checked(name);
     const at::ScalarType dtype = info->dtype == formats::SafetensorsDtype::kF32    ? at::kFloat
                                  : info->dtype == formats::SafetensorsDtype::kBF16 ? at::kBFloat16
+                                 : info->dtype == formats::SafetensorsDtype::kI8   ? at::kChar
                                                                                    : at::kByte;
     if (dtype == at::kByte) fail("rows of an unexpected dtype", name);
     at::Tensor t = at::empty(info->shape, dtype);
@@ -203,9 +213,16 @@ struct Decoder {
       }
     }
     const int64_t tensors = with_lanes ? static_cast<int64_t>(rows.lanes.size()) : layers;
+    if (rows.key.dtype == cache::StorageDtype::kInt8 && version < 3) {
+      fail("int8 rows in a file of version " + std::to_string(version) + " (int8 came with version 3)", prefix + ".key");
+    }
     for (int64_t l = 0; l < tensors; ++l) {
       rows.k.push_back(tensor(prefix + ".k." + std::to_string(l)));
       rows.v.push_back(tensor(prefix + ".v." + std::to_string(l)));
+      if (rows.key.dtype == cache::StorageDtype::kInt8) {  // the engine checks dtypes and shapes
+        rows.k_scale.push_back(tensor(prefix + ".ks." + std::to_string(l)));
+        rows.v_scale.push_back(tensor(prefix + ".vs." + std::to_string(l)));
+      }
     }
     const std::vector<JsonValue>& residuals = o.at("residuals").as_array();
     for (size_t j = 0; j < residuals.size(); ++j) {
@@ -233,10 +250,15 @@ struct Decoder {
 std::vector<uint8_t> encode_session(const SessionFile& f) {
   Encoder enc;
   JsonObject header;
-  // Version 1 when there is nothing to evict: older readers take the file.
+  // The oldest version that holds the session, so older readers take what they can: 1 when
+  // there is nothing to evict, 2 with eviction, 3 with int8 rows.
   const bool evicts = f.options.eviction.enabled();
+  const auto int8 = [](const std::optional<runtime::SequenceRows>& s) { return s && !s->k_scale.empty(); };
+  bool any_int8 = int8(f.rows.shared);
+  for (const auto& own : f.rows.own) any_int8 = any_int8 || int8(own);
   put(header, "format", text(kFormat));
-  put(header, "version", number(evicts ? kSessionFormatVersion : kSessionFormatVersionWithoutEviction));
+  put(header, "version", number(any_int8 ? kSessionFormatVersion : evicts ? kSessionFormatVersionWithEviction
+                                                                           : kSessionFormatVersionWithoutEviction));
   put(header, "model_sha256", text(f.model_sha256));
   JsonObject options;
   put(options, "mode", text(runtime::sharing_mode_name(f.options.mode)));
@@ -246,7 +268,7 @@ std::vector<uint8_t> encode_session(const SessionFile& f) {
   put(options, "reserve_tokens", number(f.options.reserve_tokens));
   put(options, "reserve_reply_tokens", number(f.options.reserve_reply_tokens));
   put(header, "options", JsonValue::make_object(std::move(options)));
-  if (evicts) put(header, "eviction", eviction_json(f.options.eviction));
+  if (evicts || any_int8) put(header, "eviction", eviction_json(f.options.eviction));  // versions 2 and 3 have it
   std::vector<JsonValue> agents;
   for (const SavedAgent& a : f.agents) {
     JsonObject o;
@@ -291,14 +313,14 @@ SessionFile read_session(const std::string& path) {
     const JsonValue h = formats::parse_json(meta->second);
     if (h.at("format").as_string() != kFormat) throw SessionFileError("not a lorakv session", {path, "format"});
     const int64_t version = h.at("version").as_int();
-    if (version != kSessionFormatVersion && version != kSessionFormatVersionWithoutEviction) {
+    if (version < kSessionFormatVersionWithoutEviction || version > kSessionFormatVersion) {
       throw SessionFileError("unknown session format version " + std::to_string(version),
                              {path, "version",
                               std::to_string(kSessionFormatVersionWithoutEviction) + " or " +
                                   std::to_string(kSessionFormatVersion),
                               std::to_string(version), "restore it with the lorakv that saved it"});
     }
-    const Decoder d{path, *file, h.at("checksums")};
+    const Decoder d{path, *file, h.at("checksums"), version};
     SessionFile f;
     f.model_sha256 = h.at("model_sha256").as_string();
     const JsonValue& o = h.at("options");

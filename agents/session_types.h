@@ -23,6 +23,11 @@ struct RuntimeOptions {
   int64_t kv_pool_bytes = int64_t{512} << 20;
   double residual_rows_per_base_row = 2.0;  // residual pools' size against the base pool's
   int64_t block_size = 16;                  // token rows per cache block
+  // Element type of the shared base K/V rows and private rows: float32, bfloat16 or int8 (a
+  // float32 scale per row and KV head beside them); empty: the activations' dtype.
+  std::string kv_dtype;
+  // Element type of residual rows (C = X A): float32 or bfloat16; empty: the activations' dtype.
+  std::string residual_dtype;
   int64_t prefill_chunk = 512;              // most context tokens one agent processes in one step
   // Most tokens one engine step runs over every session. Decoding goes first; appended text
   // is processed in chunks with what is left, so a long append does not stall decoding.

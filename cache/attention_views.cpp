@@ -15,9 +15,9 @@ kernels::ElementType element_type_of(StorageDtype dtype) {
   switch (dtype) {
     case StorageDtype::kFloat32: return kernels::ElementType::kFloat32;
     case StorageDtype::kBFloat16: return kernels::ElementType::kBFloat16;
-    case StorageDtype::kInt8: break;
+    case StorageDtype::kInt8: return kernels::ElementType::kInt8;
   }
-  throw InvalidArgumentError("attention views: int8 pools need per-row scales, which the views do not carry yet");
+  throw InvalidArgumentError("attention views: unknown storage dtype");
 }
 
 void check_sequence_and_layer(const PagedKvCache& cache, SeqId seq, int64_t layer, const char* op) {
@@ -102,6 +102,13 @@ kernels::PagedStorage base_storage(const PagedKvCache& cache) {
                 "base pool tensors out of step");
   st.v = pool.b().data_ptr();
   st.positions = pool.positions().data_ptr<int32_t>();
+  if (pool.spec().dtype == StorageDtype::kInt8) {  // scales: float32 [num_blocks, block_size, heads_per_group]
+    LORAKV_ASSERT(pool.a_scales().is_contiguous() && pool.b_scales().is_contiguous(), "int8 scales must be contiguous");
+    st.k_scales = pool.a_scales().data_ptr<float>();
+    st.v_scales = pool.b_scales().data_ptr<float>();
+    st.scale_row_stride = pool.a_scales().size(2);
+    st.hadamard = pool.spec().hadamard;
+  }
   return st;
 }
 

@@ -1,6 +1,9 @@
 // cache/block_pool.cpp: row storage of one pool.
 #include "lorakv/cache/block_pool.h"
 
+#include <cfloat>
+#include <cmath>
+
 #include "lorakv/common/errors.h"
 
 namespace lorakv::cache {
@@ -9,14 +12,33 @@ at::ScalarType to_scalar_type(StorageDtype dtype) {
   switch (dtype) {
     case StorageDtype::kFloat32: return at::kFloat;
     case StorageDtype::kBFloat16: return at::kBFloat16;
-    case StorageDtype::kInt8: break;
+    case StorageDtype::kInt8: return at::kChar;
   }
-  LORAKV_ASSERT(false, "int8 storage needs per-row scales (eviction issue)");
   return at::kFloat;
+}
+
+Int8Rows quantize_int8(const at::Tensor& rows) {
+  const at::Tensor x = rows.to(at::kFloat);
+  const at::Tensor scales = x.abs().amax(-1) / 127.0f;  // [T, heads]
+  // An all-zero row keeps scale 0; dividing by FLT_MIN instead of 0 gives it zeros, not NaN.
+  const at::Tensor q = (x / scales.clamp_min(FLT_MIN).unsqueeze(-1)).round().clamp(-127, 127).to(at::kChar);
+  return {q, scales};
+}
+
+at::Tensor hadamard_matrix(int64_t n) {
+  LORAKV_ASSERT(n > 0 && (n & (n - 1)) == 0, "a Hadamard matrix needs a power-of-two size, not " << n);
+  at::Tensor h = at::ones({1, 1}, at::kDouble);  // Sylvester's construction, in double, normalised once
+  while (h.size(0) < n) h = at::cat({at::cat({h, h}, 1), at::cat({h, -h}, 1)}, 0);
+  return (h / std::sqrt(static_cast<double>(n))).to(at::kFloat);
+}
+
+at::Tensor dequantize_int8(const at::Tensor& values, const at::Tensor& scales) {
+  return values.to(at::kFloat) * scales.unsqueeze(-1);
 }
 
 BlockPool::BlockPool(const BlockPoolSpec& spec) : spec_(spec) {
   LORAKV_ASSERT(spec.num_blocks > 0 && spec.block_size > 0 && !spec.row_shape.empty(), "bad block pool spec");
+  LORAKV_ASSERT(!int8() || (spec.base && spec.row_shape.size() == 2), "int8 storage is for base pools only");
   std::vector<int64_t> shape{spec.num_blocks, spec.block_size};
   shape.insert(shape.end(), spec.row_shape.begin(), spec.row_shape.end());
   const auto opts = at::TensorOptions().dtype(to_scalar_type(spec.dtype)).device(spec.device);
@@ -27,12 +49,33 @@ BlockPool::BlockPool(const BlockPoolSpec& spec) : spec_(spec) {
     b_ = at::empty(shape, opts);
     positions_ = at::full({spec.num_blocks, spec.block_size}, -1, opts.dtype(at::kInt));
   }
+  if (int8()) {
+    a_scales_ = at::empty({spec.num_blocks, spec.block_size, spec.row_shape.front()}, opts.dtype(at::kFloat));
+    b_scales_ = at::empty_like(a_scales_);
+  }
+  LORAKV_ASSERT(!spec.hadamard || int8(), "Hadamard-rotated rows are int8 rows");
+  if (spec.hadamard) hadamard_ = hadamard_matrix(spec.row_shape.back()).to(spec.device);
+}
+
+at::Tensor BlockPool::rotated(const at::Tensor& rows) const {
+  return hadamard_.defined() ? at::matmul(rows, hadamard_) : rows;
 }
 
 at::Tensor BlockPool::flat(const at::Tensor& t) const {
   std::vector<int64_t> shape{spec_.num_blocks * spec_.block_size};
   shape.insert(shape.end(), t.sizes().begin() + 2, t.sizes().end());
   return t.view(shape);
+}
+
+void BlockPool::write_rows(const at::Tensor& idx, const at::Tensor& rows, const at::Tensor& stored,
+                           const at::Tensor& scales) {
+  if (!int8()) {
+    flat(stored).index_copy_(0, idx, rows.to(spec_.device, stored.scalar_type()));
+    return;
+  }
+  const Int8Rows q = quantize_int8(rotated(rows.to(spec_.device, at::kFloat)));
+  flat(stored).index_copy_(0, idx, q.values.to(spec_.device));
+  flat(scales).index_copy_(0, idx, q.scales.to(spec_.device));
 }
 
 void BlockPool::write(const at::Tensor& slots, const at::Tensor& a, const at::Tensor& b) {
@@ -43,13 +86,34 @@ void BlockPool::write(const at::Tensor& slots, const at::Tensor& a, const at::Te
   LORAKV_CHECK(a.defined() && a.sizes() == at::IntArrayRef(want), InvalidArgumentError,
                "block pool " << spec_.id << ": rows " << at::IntArrayRef(want) << " expected, got "
                              << (a.defined() ? a.sizes() : at::IntArrayRef{}));
-  flat(a_).index_copy_(0, idx, a.to(spec_.device, a_.scalar_type()));
+  write_rows(idx, a, a_, a_scales_);
   if (b_.defined()) {
     LORAKV_CHECK(b.defined() && b.sizes() == a.sizes(), InvalidArgumentError,
                  "block pool " << spec_.id << ": base rows need V of K's shape " << a.sizes() << ", got "
                                << (b.defined() ? b.sizes() : at::IntArrayRef{}));
-    flat(b_).index_copy_(0, idx, b.to(spec_.device, b_.scalar_type()));
+    write_rows(idx, b, b_, b_scales_);
   }
+}
+
+void BlockPool::write_int8(const at::Tensor& slots, const Int8Rows& a, const Int8Rows& b) {
+  LORAKV_CHECK(int8(), InvalidArgumentError, "block pool " << spec_.id << ": int8 rows for a pool that is not int8");
+  if (slots.numel() == 0) return;
+  std::vector<int64_t> want{slots.numel()};
+  want.insert(want.end(), spec_.row_shape.begin(), spec_.row_shape.end());
+  const std::vector<int64_t> want_scales{slots.numel(), spec_.row_shape.front()};
+  for (const Int8Rows* r : {&a, &b}) {
+    LORAKV_CHECK(r->values.defined() && r->values.scalar_type() == at::kChar && r->values.sizes() == at::IntArrayRef(want) &&
+                     r->scales.defined() && r->scales.scalar_type() == at::kFloat &&
+                     r->scales.sizes() == at::IntArrayRef(want_scales),
+                 InvalidArgumentError,
+                 "block pool " << spec_.id << ": int8 rows " << at::IntArrayRef(want) << " with float32 scales "
+                               << at::IntArrayRef(want_scales) << " expected");
+  }
+  const auto idx = slots.to(spec_.device, at::kLong);
+  flat(a_).index_copy_(0, idx, a.values.to(spec_.device));
+  flat(a_scales_).index_copy_(0, idx, a.scales.to(spec_.device));
+  flat(b_).index_copy_(0, idx, b.values.to(spec_.device));
+  flat(b_scales_).index_copy_(0, idx, b.scales.to(spec_.device));
 }
 
 void BlockPool::write_positions(const at::Tensor& slots, const at::Tensor& positions) {
@@ -71,8 +135,9 @@ void BlockPool::apply(const StorageOps& ops) {
     const at::Tensor di = at::tensor(d, cpu).to(spec_.device);
     t.index_copy_(0, di, t.index_select(0, si));  // index_select copies: sources read first
   };
+  // Scales move with their rows.
   auto for_each_tensor = [&](auto&& fn) {
-    for (const at::Tensor* t : {&a_, &b_, &positions_}) {
+    for (const at::Tensor* t : {&a_, &b_, &positions_, &a_scales_, &b_scales_}) {
       if (t->defined()) fn(*t);
     }
   };
@@ -88,12 +153,32 @@ void BlockPool::apply(const StorageOps& ops) {
 }
 
 at::Tensor BlockPool::gather_a(const at::Tensor& slots) const {
+  if (int8()) {
+    const Int8Rows r = gather_a_int8(slots);
+    return rotated(dequantize_int8(r.values, r.scales));
+  }
   return flat(a_).index_select(0, slots.to(spec_.device, at::kLong));
 }
 
 at::Tensor BlockPool::gather_b(const at::Tensor& slots) const {
   LORAKV_ASSERT(b_.defined(), "V lives in the base pool");
+  if (int8()) {
+    const Int8Rows r = gather_b_int8(slots);
+    return rotated(dequantize_int8(r.values, r.scales));
+  }
   return flat(b_).index_select(0, slots.to(spec_.device, at::kLong));
+}
+
+Int8Rows BlockPool::gather_a_int8(const at::Tensor& slots) const {
+  LORAKV_ASSERT(int8(), "int8 rows of a pool that is not int8");
+  const at::Tensor idx = slots.to(spec_.device, at::kLong);
+  return {flat(a_).index_select(0, idx), flat(a_scales_).index_select(0, idx)};
+}
+
+Int8Rows BlockPool::gather_b_int8(const at::Tensor& slots) const {
+  LORAKV_ASSERT(int8(), "int8 rows of a pool that is not int8");
+  const at::Tensor idx = slots.to(spec_.device, at::kLong);
+  return {flat(b_).index_select(0, idx), flat(b_scales_).index_select(0, idx)};
 }
 
 at::Tensor BlockPool::gather_positions(const at::Tensor& slots) const {

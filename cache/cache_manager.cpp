@@ -12,7 +12,8 @@ namespace lorakv::cache {
 
 CacheManager::CacheManager(CacheConfig config) : config_(std::move(config)) {
   config_.layout.check();
-  LORAKV_ASSERT(config_.dtype != StorageDtype::kInt8, "int8 storage needs per-row scales (eviction issue)");
+  LORAKV_CHECK(config_.residual_dtype != StorageDtype::kInt8, InvalidArgumentError,
+               "residual rows are float32 or bfloat16; int8 is for the base pool only");
   allocators_.emplace_back(config_.num_base_blocks);
   for (size_t i = 0; i < config_.residual_pools.size(); ++i) {
     const ResidualPoolSpec& p = config_.residual_pools[i];

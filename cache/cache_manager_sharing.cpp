@@ -27,7 +27,7 @@ PrefixMatch CacheManager::match_prefix(const ContentKey& base_key, const std::ve
 
 void CacheManager::create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match) {
   LORAKV_ASSERT(seq.valid() && !has_sequence(seq), "sequence " << seq.value() << " exists or is invalid");
-  LORAKV_ASSERT(base_key.kind == StreamKind::kBase && base_key.dtype == config_.dtype, "bad base content key");
+  LORAKV_ASSERT(base_key.kind == StreamKind::kBase && base_key.dtype == config_.base_dtype, "bad base content key");
   remember(seq);
   SequenceState s;
   s.base_key = base_key;
@@ -69,7 +69,7 @@ void CacheManager::fork(SeqId src, SeqId dst) {
 int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks,
                                       const WriterFilter& filter) {
   SequenceState& s = state(seq);
-  LORAKV_ASSERT(key.kind != StreamKind::kBase && key.dtype == config_.dtype, "bad residual content key");
+  LORAKV_ASSERT(key.kind != StreamKind::kBase && key.dtype == config_.residual_dtype, "bad residual content key");
   LORAKV_ASSERT(residual_index(s, key) < 0, "residual stream attached twice");
   LORAKV_ASSERT(s.first_position == 0, "suffix sequences take no residual streams");
   LORAKV_ASSERT(static_cast<int64_t>(ranks.size()) == layout().num_layers, "one rank per layer needed");

@@ -30,8 +30,8 @@ namespace lorakv::cache {
 // content, so equal identities share rows and different ones never do. The cache never
 // sees adapter files.
 
-// Element type of stored rows. kInt8 is reserved for the eviction issue: it will add a
-// float per-row scale tensor beside the rows in BlockPool; nothing accepts it yet.
+// Element type of stored rows. kInt8 is for the base pool only: BlockPool keeps a float32
+// scale per row and KV head beside the rows (block_pool.h).
 enum class StorageDtype : uint8_t { kFloat32, kBFloat16, kInt8 };
 
 inline int64_t storage_element_bytes(StorageDtype dtype) {

@@ -33,7 +33,9 @@ PagedKvCache::PagedKvCache(CacheConfig config, at::Device device) : manager_(std
   base.num_blocks = std::max<int64_t>(c.num_base_blocks, 1);
   base.block_size = c.layout.block_size;
   base.row_shape = {c.layout.heads_per_group, c.layout.head_dim};
-  base.dtype = c.dtype;
+  base.dtype = c.base_dtype;
+  const int64_t d = c.layout.head_dim;
+  base.hadamard = c.base_dtype == StorageDtype::kInt8 && c.int8_hadamard && (d & (d - 1)) == 0;
   base.base = true;
   base.device = device;
   pools_.emplace_back(base);
@@ -42,6 +44,8 @@ PagedKvCache::PagedKvCache(CacheConfig config, at::Device device) : manager_(std
     r.id = static_cast<int32_t>(i + 1);
     r.num_blocks = std::max<int64_t>(c.residual_pools[i].num_blocks, 1);
     r.row_shape = {c.residual_pools[i].rank};
+    r.dtype = c.residual_dtype;
+    r.hadamard = false;
     r.base = false;
     pools_.emplace_back(r);
   }
@@ -55,6 +59,8 @@ int32_t PagedKvCache::ensure_residual_pool(int64_t rank, int64_t num_blocks) {
   r.id = id;
   r.num_blocks = num_blocks;
   r.row_shape = {rank};
+  r.dtype = manager_.config().residual_dtype;
+  r.hadamard = false;
   r.base = false;
   pools_.emplace_back(r);
   return id;
@@ -125,6 +131,40 @@ void PagedKvCache::write_base(const WritePlan& slots, int64_t layer, const at::T
     pools_[0].write(lane.slots, k.narrow(1, g * l.heads_per_group, l.heads_per_group),
                     v.narrow(1, g * l.heads_per_group, l.heads_per_group));
   }
+}
+
+void PagedKvCache::write_base_int8(const WritePlan& slots, int64_t layer, const Int8Rows& k, const Int8Rows& v) {
+  const CacheLayout& l = layout();
+  check_layer(l, layer, "write_base_int8");
+  LORAKV_CHECK(static_cast<int64_t>(slots.base.size()) == l.num_lanes() && k.values.defined() &&
+                   k.values.dim() == 3 && k.values.size(0) == slots.num_tokens && k.values.size(1) == l.num_kv_heads &&
+                   k.scales.defined() && k.scales.dim() == 2 && v.values.defined() && v.scales.defined() &&
+                   v.scales.dim() == 2,
+               InvalidArgumentError,
+               "write_base_int8: int8 k, v [" << slots.num_tokens << ", " << l.num_kv_heads << ", " << l.head_dim
+                                              << "] with scales expected, got " << sizes_of(k.values));
+  const auto group = [&](const Int8Rows& r, int64_t g) {
+    return Int8Rows{r.values.narrow(1, g * l.heads_per_group, l.heads_per_group),
+                    r.scales.narrow(1, g * l.heads_per_group, l.heads_per_group)};
+  };
+  for (int64_t g = 0; g < l.num_groups(); ++g) {
+    const WritePlan::Lane& lane = slots.base[static_cast<size_t>(l.lane(layer, g))];
+    pools_[0].write_int8(lane.slots, group(k, g), group(v, g));
+  }
+}
+
+std::pair<Int8Rows, Int8Rows> PagedKvCache::gather_layer_int8(SeqId seq, int64_t layer) const {
+  check_layer(layout(), layer, "gather_layer_int8");
+  std::vector<at::Tensor> kq, ks, vq, vs;
+  for (int64_t g = 0; g < layout().num_groups(); ++g) {
+    const at::Tensor slots = long_tensor(manager_.base_slots(seq, layout().lane(layer, g)));
+    const Int8Rows k = pools_[0].gather_a_int8(slots), v = pools_[0].gather_b_int8(slots);
+    kq.push_back(k.values);
+    ks.push_back(k.scales);
+    vq.push_back(v.values);
+    vs.push_back(v.scales);
+  }
+  return {{at::cat(kq, 1), at::cat(ks, 1)}, {at::cat(vq, 1), at::cat(vs, 1)}};
 }
 
 void PagedKvCache::write_residual(const WritePlan& slots, size_t index, int64_t layer, const at::Tensor& c) {

@@ -108,6 +108,12 @@ class PagedKvCache {
   void write_base(const AppendSlots& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v) {
     write_base(plan_writes(slots), layer, k, v);
   }
+  // An int8 base pool: rows as a save holds them, written unchanged (values int8
+  // [T, num_kv_heads, head_dim], scales float32 [T, num_kv_heads]).
+  void write_base_int8(const WritePlan& plan, int64_t layer, const Int8Rows& k, const Int8Rows& v);
+  // An int8 base pool: a layer's rows as stored, for a save. Without eviction (every lane holds
+  // the same rows): values int8 [n, num_kv_heads, head_dim], scales float32 [n, num_kv_heads].
+  std::pair<Int8Rows, Int8Rows> gather_layer_int8(SeqId seq, int64_t layer) const;
   // c: [T, rank of `layer`] for the request's residual `index` (its T positions).
   void write_residual(const WritePlan& plan, size_t index, int64_t layer, const at::Tensor& c);
   void write_residual(const AppendSlots& slots, size_t index, int64_t layer, const at::Tensor& c) {

@@ -47,6 +47,8 @@ flags:
   --memory                  print the KV cache's bytes (measured from its pools: base K, V,
                             positions, peak, metadata) and the model's and adapters' to stderr
   --dtype TYPE              float32 (default) or bfloat16 activations and compute
+  --kv-dtype TYPE           float32, bfloat16 or int8 (a float32 scale per token and KV head)
+                            for the K/V cache; default: the --dtype
   --weights FORM            native (default: a GGUF file's 4/8-bit blocks stay quantised and
                             are read directly, about 6x fewer bytes per token than float32),
                             bfloat16, or float32 (exact against the dequantised model)
@@ -114,6 +116,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   runtime::GeneratorOptions gen_options;
   gen_options.memory = &memory;
   gen_options.eviction = options.eviction;
+  gen_options.kv_dtype = options.kv_dtype;
   std::vector<runtime::GenerationOutput> results = runtime::generate(
       *loaded.model, &tok, requests,
       [&](const runtime::StreamEvent& e) {

@@ -125,7 +125,7 @@ const std::set<std::string>& generate_value_flags() {
   static const std::set<std::string> flags = [] {
     std::set<std::string> f = {"--model", "--prompt",  "--max-tokens", "--temperature", "--top-k",
                                "--top-p", "--repetition-penalty", "--seed", "--stop", "--dtype",
-                               "--weights", "--log-level", "--adapter", "--use", "--chat-format"};
+                               "--weights", "--log-level", "--adapter", "--use", "--chat-format", "--kv-dtype"};
     f.insert(eviction_value_flags().begin(), eviction_value_flags().end());
     return f;
   }();
@@ -168,6 +168,7 @@ GenerateOptions parse_generate_options(const CliArgs& a) {
     o.chat_format = *format;
   }
   o.dtype = for_flag("--dtype", [&] { return runtime::parse_model_dtype(a.get("--dtype").value_or("float32")); });
+  if (auto kv = a.get("--kv-dtype")) o.kv_dtype = for_flag("--kv-dtype", [&] { return runtime::parse_kv_dtype(*kv, "--kv-dtype"); });
   o.weights = for_flag("--weights", [&] { return runtime::parse_weight_form(a.get("--weights").value_or("native")); });
   o.request.max_new_tokens = a.get_int("--max-tokens", 128, 1, 100000);
   o.request.sampling = parse_sampling(a);

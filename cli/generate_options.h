@@ -32,6 +32,7 @@ struct GenerateOptions {
   runtime::GenerationRequest request;          // everything but the prompt and the stop token ids
   cache::eviction::EvictionConfig eviction;    // --policy, --budget, --sinks, --window (cli/eviction_flags.h)
   at::ScalarType dtype = at::kFloat;
+  std::optional<cache::StorageDtype> kv_dtype;  // --kv-dtype; unset: the activations' dtype
   runtime::WeightForm weights = runtime::WeightForm::kNative;  // --weights
   bool chat = false;
   bool print_memory = false;  // --memory

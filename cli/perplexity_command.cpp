@@ -14,6 +14,7 @@
 #include "lorakv/cli/json_line.h"
 #include "lorakv/cli/perplexity_eval.h"
 #include "lorakv/cli/perplexity_options.h"
+#include "lorakv/runtime/engine.h"
 #include "lorakv/common/cpu_features.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/runtime/loaded_model.h"
@@ -55,6 +56,8 @@ const char* kMoreFlags = R"(  --per-head                each KV head keeps its o
   --threads N               CPU threads (default: libtorch's choice)
   --json                    also print one JSON object as the last line of stdout
   --dtype TYPE              float32 (default) or bfloat16 activations and compute
+  --kv-dtype TYPE           float32, bfloat16 or int8 (a float32 scale per token and KV head)
+                            for the K/V cache; default: the --dtype
   --weights FORM            native (default), bfloat16 or float32 (see 'lorakv generate --help')
   --log-level LEVEL         trace, debug, info, warn, error or off (default info)
   --help                    this text
@@ -94,6 +97,10 @@ void print_progress(int64_t window, int64_t windows, int64_t kv_peak, const Perp
   err << line << std::flush;
 }
 
+std::string kv_dtype_text(const PerplexityOptions& o) {
+  return o.kv_dtype ? runtime::kv_dtype_name(*o.kv_dtype) : (o.dtype == at::kBFloat16 ? "bfloat16" : "float32");
+}
+
 void print_summary(const PerplexityOptions& o, size_t text_tokens, const PerplexityTotals& t, std::ostream& out) {
   char line[512];
   out << "model:       " << o.model_path << "\n";
@@ -103,6 +110,7 @@ void print_summary(const PerplexityOptions& o, size_t text_tokens, const Perplex
                 static_cast<long long>(o.context), static_cast<long long>(o.chunk));
   out << line << "eviction:    " << describe_eviction(o.eviction)
       << (o.eviction.enabled() && o.per_head_token_sets ? ", per KV head" : "") << "\n";
+  out << "kv dtype:    " << kv_dtype_text(o) << "\n";
   std::snprintf(line, sizeof line, "perplexity:  %.4f (mean NLL %.5f nats/token)\n", t.ppl(), t.nll_mean());
   out << line;
   std::snprintf(line, sizeof line,
@@ -131,6 +139,7 @@ formats::JsonValue json_number(double x) {
 
 std::string summary_json(const PerplexityOptions& o, size_t text_tokens, const PerplexityTotals& t) {
   JsonLine j;
+  j.add("kv_dtype", kv_dtype_text(o));
   j.add("ppl", json_number(t.ppl())).add("nll_mean", json_number(t.nll_mean()));
   j.add("tokens", t.tokens_scored).add("text_tokens", static_cast<int64_t>(text_tokens)).add("windows", t.windows);
   j.add("context", o.context).add("chunk", o.chunk).add("policy", o.eviction.policy);
@@ -209,6 +218,7 @@ int run_perplexity(const std::vector<std::string>& args, std::ostream& out, std:
   settings.chunk = o.chunk;
   settings.eviction = o.eviction;
   settings.per_head_token_sets = o.per_head_token_sets;
+  settings.kv_dtype = o.kv_dtype;
   const formats::BpeTokenizer& tok = *loaded.tokenizer;
   if (tok.add_bos() && tok.bos_id() >= 0) settings.bos = tok.bos_id();
   const auto windows = static_cast<int64_t>(settings.windows.size());

@@ -29,6 +29,7 @@ runtime::EngineOptions engine_options(const PerplexitySettings& s) {
   o.base_rows = (rows + o.block_size - 1) / o.block_size * o.block_size;
   o.prefill_chunk = std::min(s.chunk, longest);
   o.per_head_token_sets = s.per_head_token_sets;
+  o.kv_dtype = s.kv_dtype;
   return o;
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "lorakv/cache/cache_types.h"
 #include "lorakv/cache/eviction/eviction_config.h"
 #include "lorakv/runtime/llama_model.h"
 
@@ -23,6 +24,7 @@ struct PerplexitySettings {
   cache::eviction::EvictionConfig eviction;
   std::optional<int32_t> bos;  // when set, replaces each window's first token (never scored)
   bool per_head_token_sets = false;  // one token set per KV head (EngineOptions), not one per layer
+  std::optional<cache::StorageDtype> kv_dtype;  // EngineOptions::kv_dtype
 };
 
 // What one lane (a layer, or one KV head of it with per-head token sets) of a window's

@@ -8,6 +8,7 @@
 
 #include "lorakv/cli/eviction_flags.h"
 #include "lorakv/common/errors.h"
+#include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/loaded_model.h"
 
 namespace lorakv::cli {
@@ -72,7 +73,7 @@ std::string read_text(const std::string& path) {
 const std::set<std::string>& perplexity_value_flags() {
   static const std::set<std::string> flags = [] {
     std::set<std::string> f = {"--model", "--file",    "--chunk",     "--context",  "--threads",
-                               "--dtype", "--weights", "--log-level", "--dump-kept"};
+                               "--dtype", "--weights", "--log-level", "--dump-kept", "--kv-dtype"};
     f.insert(eviction_value_flags().begin(), eviction_value_flags().end());
     return f;
   }();
@@ -108,6 +109,9 @@ PerplexityOptions parse_perplexity_options(const CliArgs& a) {
     require_writable_folder(o.dump_kept_path);
   }
   o.dtype = for_flag("--dtype", a, [&] { return runtime::parse_model_dtype(a.get("--dtype").value_or("float32")); });
+  if (a.get("--kv-dtype")) {
+    o.kv_dtype = for_flag("--kv-dtype", a, [&] { return runtime::parse_kv_dtype(*a.get("--kv-dtype"), "--kv-dtype"); });
+  }
   o.weights =
       for_flag("--weights", a, [&] { return runtime::parse_weight_form(a.get("--weights").value_or("native")); });
   o.text = read_text(o.text_path);  // last: every flag's mistake is named before the file is read

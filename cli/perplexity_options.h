@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "lorakv/cache/cache_types.h"
 #include "lorakv/cache/eviction/eviction_config.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/common/logging.h"
@@ -30,6 +31,7 @@ struct PerplexityOptions {
   bool per_head_token_sets = false;  // --per-head: one token set per KV head
   std::string dump_kept_path;        // --dump-kept: where the kept rows per lane go ("" = nowhere)
   at::ScalarType dtype = at::kFloat;
+  std::optional<cache::StorageDtype> kv_dtype;  // --kv-dtype; unset: the activations' dtype
   runtime::WeightForm weights = runtime::WeightForm::kNative;
   std::optional<log::Level> log_level;
 };

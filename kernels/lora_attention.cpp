@@ -20,6 +20,7 @@ const char* element_type_name(ElementType type) {
   switch (type) {
     case ElementType::kFloat32: return "float32";
     case ElementType::kBFloat16: return "bfloat16";
+    case ElementType::kInt8: return "int8";
   }
   return "unknown";
 }
@@ -30,6 +31,7 @@ namespace features = ::lorakv::cpu;
 
 #define LORA_ATTENTION_CHECK(cond, ...) LORAKV_CHECK(cond, InvalidArgumentError, "lora_attention: " << __VA_ARGS__)
 
+// Element types of queries, outputs and residual rows; base rows may also be int8.
 bool known_type(ElementType t) { return t == ElementType::kFloat32 || t == ElementType::kBFloat16; }
 
 struct Checker {
@@ -61,8 +63,9 @@ struct Checker {
 
   void storage(const PagedStorage* st, bool base, int64_t row_width, const std::string& what) const {
     LORA_ATTENTION_CHECK(st, what << " has lanes but no storage");
-    LORA_ATTENTION_CHECK(known_type(st->dtype), what << ": unsupported storage element type "
-                                                     << static_cast<int>(st->dtype));
+    LORA_ATTENTION_CHECK(known_type(st->dtype) || (base && st->dtype == ElementType::kInt8),
+                         what << ": unsupported storage element type " << element_type_name(st->dtype)
+                              << (st->dtype == ElementType::kInt8 ? " (int8 is for base K/V rows only)" : ""));
     LORA_ATTENTION_CHECK(st->k && (!base || (st->v && st->positions)),
                          what << ": storage pointers missing (" << (base ? "k, v and positions" : "C rows")
                               << " are needed)");
@@ -86,6 +89,13 @@ struct Checker {
     LORA_ATTENTION_CHECK(rows.heads_per_lane == 1 || st.head_stride >= p.head_dim,
                          what << ": head stride " << st.head_stride << " is below head_dim " << p.head_dim);
     storage(&st, true, (rows.heads_per_lane - 1) * st.head_stride + p.head_dim, what);
+    LORA_ATTENTION_CHECK(st.dtype != ElementType::kInt8 ||
+                             (st.k_scales && st.v_scales && st.scale_row_stride >= rows.heads_per_lane),
+                         what << ": int8 rows need k_scales, v_scales and a scale row stride of at least "
+                              << rows.heads_per_lane << " (got " << st.scale_row_stride << ")");
+    LORA_ATTENTION_CHECK(!st.hadamard || (st.dtype == ElementType::kInt8 && (p.head_dim & (p.head_dim - 1)) == 0),
+                         what << ": Hadamard-rotated rows must be int8 with a power-of-two head_dim (got "
+                              << element_type_name(st.dtype) << ", head_dim " << p.head_dim << ")");
     LORA_ATTENTION_CHECK(!st.keys_before_rope || rope_table(),
                          what << ": keys are stored before RoPE but no RoPE table (rope_cos, rope_sin, rope_rows) was given");
     bool any = false;
@@ -185,6 +195,10 @@ struct Checker {
     stream(ag.k, base, has_shared, true, what + "'s k residual");
     key_delta(ag.k_delta, ag.k, base, has_shared, what + "'s key deltas");
     const bool has_private = base_rows(ag.private_rows, what + "'s private rows");
+    // Records over shared and private rows are merged: their values must be in one frame.
+    LORA_ATTENTION_CHECK(!has_private || !base.rows.lanes || !base.rows.storage ||
+                             base.rows.storage->hadamard == ag.private_rows.storage->hadamard,
+                         what << ": shared and private rows must both be Hadamard-rotated or neither");
     if (p.mass != AttentionMass::kNone && has_private) {
       mass_output(ag.private_mass, 1, 0, ag.private_mass_head_stride, longest_lane(ag.private_rows),
                   what + "'s private_mass");

@@ -28,13 +28,16 @@ namespace lorakv::kernels {
 // Highest rank a residual stream may have.
 inline constexpr int64_t kMaxLoraAttentionRank = 128;
 
-// Element type of stored rows and of queries/outputs. An int8 base (with a float scale per
-// row beside the rows) is the next entry, for the eviction issue: a tile loader in
-// kernels/cpu/ converts it to float32 like bfloat16, nothing else changes.
-enum class ElementType : uint8_t { kFloat32, kBFloat16 };
+// Element type of stored rows and of queries/outputs. kInt8 is for base pools only (shared
+// and private K/V rows), with a float32 scale per row and KV head beside the rows
+// (PagedStorage::k_scales): the tile loader converts a row to float32 on chip, as it does
+// bfloat16, so no dequantised copy of the cache is ever made.
+enum class ElementType : uint8_t { kFloat32, kBFloat16, kInt8 };
 
 const char* element_type_name(ElementType type);
-inline int64_t element_bytes(ElementType type) { return type == ElementType::kFloat32 ? 4 : 2; }
+inline int64_t element_bytes(ElementType type) {
+  return type == ElementType::kFloat32 ? 4 : type == ElementType::kBFloat16 ? 2 : 1;
+}
 
 // One pool of paged rows: `num_blocks` blocks of `block_size` rows. Row r of block b of KV
 // head i (inside the row) starts at element b * block_stride + r * row_stride + i * head_stride.
@@ -64,6 +67,19 @@ struct PagedStorage {
   // Base pools: true when keys are stored before RoPE; the kernel rotates each key tile on
   // chip to its row's rope position.
   bool keys_before_rope = false;
+  // int8 base pools: float32 scales, one per row and KV head of the row; the scale of
+  // (block b, row r, head i in the row) is at k_scales[(b * block_size + r) * scale_row_stride + i]
+  // (v_scales alike), and a stored value x reads as x * scale. Null for other dtypes.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  int64_t scale_row_stride = 0;  // scales per row: at least the row's KV heads
+  // int8 base pools, optional: each head's K and V rows are stored rotated, as H x with H the
+  // orthonormal Walsh-Hadamard matrix of head_dim (a power of two; H = H^T = H^-1), which
+  // spreads outlier channels over the row before it is quantised. The kernel never rotates
+  // a row back: scores use H q (q . k = Hq . Hk), the V accumulator is rotated once per
+  // query at the end, and only keys it must combine with other keys in their own frame
+  // (K-LoRA, key deltas, keys before RoPE) are rotated on chip.
+  bool hadamard = false;
 };
 
 // One lane's rows (one token set): block ids into the storage, in row order.

@@ -21,6 +21,25 @@ cache::StorageDtype storage_dtype(at::ScalarType t) {
   return t == at::kBFloat16 ? cache::StorageDtype::kBFloat16 : cache::StorageDtype::kFloat32;
 }
 
+cache::StorageDtype base_dtype(const EngineOptions& o, at::ScalarType model_dtype) {
+  return o.kv_dtype.value_or(storage_dtype(model_dtype));
+}
+
+cache::StorageDtype residual_dtype(const EngineOptions& o, at::ScalarType model_dtype) {
+  const cache::StorageDtype d = o.residual_dtype.value_or(storage_dtype(model_dtype));
+  if (d == cache::StorageDtype::kInt8) {
+    throw ConfigError("residual rows cannot be int8",
+                      {"", "residual_dtype", "float32 or bfloat16", "int8",
+                       "int8 is for the base pool (kv_dtype); residual rows are small and stay in a float type"});
+  }
+  return d;
+}
+
+// Bytes one row of one KV head takes in the base pool for K (or V): int8 adds its scale.
+int64_t head_row_bytes(cache::StorageDtype dtype, int64_t head_dim) {
+  return head_dim * cache::storage_element_bytes(dtype) + (dtype == cache::StorageDtype::kInt8 ? 4 : 0);
+}
+
 // The product of `factors`, or ConfigError naming `what` when it does not fit in int64
 // (pool sizes come from users: rows, block size, heads, head size, element bytes).
 int64_t checked_product(std::initializer_list<int64_t> factors, const std::string& what) {
@@ -55,9 +74,10 @@ cache::CacheConfig cache_config(const ModelConfig& c, const EngineOptions& o, at
   config.layout.head_dim = c.head_dim;
   config.layout.block_size = o.block_size;
   config.layout.heads_per_group = o.per_head_token_sets ? 1 : c.num_kv_heads;
-  config.dtype = storage_dtype(dtype);
-  config.num_base_blocks = pool_blocks(config.layout, o.base_rows, config.layout.heads_per_group * c.head_dim,
-                                       dtype == at::kBFloat16 ? 2 : 4,
+  config.base_dtype = base_dtype(o, dtype);
+  config.residual_dtype = residual_dtype(o, dtype);
+  config.num_base_blocks = pool_blocks(config.layout, o.base_rows, config.layout.heads_per_group,
+                                       head_row_bytes(config.base_dtype, c.head_dim),
                                        "EngineOptions::base_rows = " + std::to_string(o.base_rows));
   return config;
 }
@@ -111,6 +131,22 @@ cache::StreamKind stream_kind(adapters::ModuleId module) {
 }
 
 }  // namespace
+
+cache::StorageDtype parse_kv_dtype(const std::string& name, const std::string& key) {
+  if (name == "float32" || name == "f32" || name == "fp32") return cache::StorageDtype::kFloat32;
+  if (name == "bfloat16" || name == "bf16") return cache::StorageDtype::kBFloat16;
+  if (name == "int8" || name == "i8") return cache::StorageDtype::kInt8;
+  throw ConfigError("unsupported KV cache dtype", {"", key, "float32, bfloat16 or int8", "'" + name + "'", ""});
+}
+
+const char* kv_dtype_name(cache::StorageDtype dtype) {
+  switch (dtype) {
+    case cache::StorageDtype::kFloat32: return "float32";
+    case cache::StorageDtype::kBFloat16: return "bfloat16";
+    case cache::StorageDtype::kInt8: return "int8";
+  }
+  return "unknown";
+}
 
 cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype) {
   if (mode != SharingMode::kFullShared) return cache::ContentKey::base(dtype);
@@ -167,8 +203,8 @@ int64_t Engine::base_row_bytes(const LlamaModel& model, const EngineOptions& opt
   const ModelConfig& c = model.config();
   const int64_t heads_per_group = options.per_head_token_sets ? 1 : c.num_kv_heads;
   const int64_t lanes = c.num_layers * (c.num_kv_heads / heads_per_group);
-  const int64_t element_bytes = model.dtype() == at::kBFloat16 ? 2 : 4;
-  return lanes * (2 * heads_per_group * c.head_dim * element_bytes + static_cast<int64_t>(sizeof(int32_t)));
+  const int64_t head_bytes = head_row_bytes(base_dtype(options, model.dtype()), c.head_dim);
+  return lanes * (2 * heads_per_group * head_bytes + static_cast<int64_t>(sizeof(int32_t)));
 }
 
 // The one place pool sizes come from: rows given, or rows that fit kv_pool_bytes.
@@ -239,7 +275,7 @@ int32_t Engine::add_reader(ContextId context, std::shared_ptr<const adapters::Ad
   if (adapter) model_.check_adapter(*adapter, /*activation_applied=*/true);  // engine_step.cpp applies it
 
   const ModelConfig& mc = model_.config();
-  const cache::StorageDtype dtype = cache_->manager().config().dtype;
+  const cache::StorageDtype dtype = cache_->manager().config().residual_dtype;
   ReaderState r;
   r.adapter = adapter;
   r.identity = adapter ? adapter->identity() : AdapterIdentity::base_model();

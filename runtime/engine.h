@@ -72,7 +72,17 @@ struct EngineOptions {
   // residual rows per KV head.
   bool per_head_token_sets = false;
   int64_t prefill_chunk = 512;  // most context tokens one reader processes in one step
+  // Element type of the base pool: the shared base K/V rows and every private row. Unset:
+  // the model's dtype. kInt8 stores each row (per token, per KV head) as int8 with a float32
+  // scale (max |x| / 127) beside it, which the fused kernel reads directly (docs/cache_layout.md).
+  std::optional<cache::StorageDtype> kv_dtype;
+  // Element type of residual rows (C = X A): float32 or bfloat16; unset: the model's dtype.
+  std::optional<cache::StorageDtype> residual_dtype;
 };
+
+// "float32" (or f32), "bfloat16" (bf16), "int8"; ConfigError naming `key` otherwise.
+cache::StorageDtype parse_kv_dtype(const std::string& name, const std::string& key = "kv_dtype");
+const char* kv_dtype_name(cache::StorageDtype dtype);
 
 // Work for one reader in one step.
 struct StepWork {
@@ -170,6 +180,10 @@ struct SequenceRows {
   // The storage dtype. Without lanes, per layer: [n, kv_heads, head_dim]; with lanes, per
   // lane: [the lane's rows, heads_per_group, head_dim] (masked rows included).
   std::vector<at::Tensor> k, v;
+  // int8 base rows (key.dtype kInt8): k and v hold the int8 values, and these their float32
+  // scales, one per row and KV head ([n, kv_heads] per layer, [rows, heads_per_group] per
+  // lane). Empty for float dtypes.
+  std::vector<at::Tensor> k_scale, v_scale;
   struct Residual {
     cache::ContentKey key;
     std::vector<int64_t> ranks;            // per layer; 0 where the module is not adapted

@@ -30,6 +30,14 @@ SequenceRows export_sequence(const cache::PagedKvCache& cache, SeqId seq) {
   rows.writers = st.writers.expand();
   const int64_t layers = cache.layout().num_layers;
   for (int64_t layer = 0; layer < layers; ++layer) {
+    if (st.base_key.dtype == cache::StorageDtype::kInt8) {  // as stored, scales beside
+      const auto [k, v] = cache.gather_layer_int8(seq, layer);
+      rows.k.push_back(k.values);
+      rows.k_scale.push_back(k.scales);
+      rows.v.push_back(v.values);
+      rows.v_scale.push_back(v.scales);
+      continue;
+    }
     const cache::GatheredRows g = cache.gather_layer(seq, layer);  // [heads, n, head_dim]
     rows.k.push_back(g.k.permute({1, 0, 2}).contiguous());
     rows.v.push_back(g.v.permute({1, 0, 2}).contiguous());
@@ -57,6 +65,21 @@ void check_query_anchor(const ModelConfig& m, const std::optional<SequenceRows>&
                            std::to_string(m.head_dim) + "]",
                        s.defined() ? std::string(c10::toString(s.scalar_type())) + " " + std::to_string(s.dim()) + "-d" : "none",
                        ""});
+  }
+}
+
+// Saved rows must be in the dtypes this engine's pools hold (kv_dtype for base rows,
+// residual_dtype for C rows): rows are restored as stored, never converted.
+void check_dtypes(const cache::CacheConfig& config, const std::optional<SequenceRows>& rows) {
+  if (!rows) return;
+  const auto refuse = [](const std::string& what, cache::StorageDtype want, cache::StorageDtype got) {
+    throw ConfigError("saved " + what + " rows are " + kv_dtype_name(got) + ", this engine's pool holds " + kv_dtype_name(want),
+                      {"", what == "base" ? "kv_dtype" : "residual_dtype", kv_dtype_name(want), kv_dtype_name(got),
+                       std::string("restore with ") + (what == "base" ? "kv_dtype " : "residual_dtype ") + kv_dtype_name(got)});
+  };
+  if (rows->key.dtype != config.base_dtype) refuse("base", config.base_dtype, rows->key.dtype);
+  for (const SequenceRows::Residual& r : rows->residuals) {
+    if (r.key.dtype != config.residual_dtype) refuse("residual", config.residual_dtype, r.key.dtype);
   }
 }
 
@@ -95,6 +118,7 @@ void check_shapes(const cache::CacheLayout& l, const SequenceRows& rows) {
     ok = rows.k[i].dim() == 3 && rows.k[i].size(0) == n && rows.k[i].size(1) == l.num_kv_heads &&
          rows.k[i].size(2) == l.head_dim && rows.v[i].sizes() == rows.k[i].sizes();
   }
+  ok = ok && int8_scales_fit(rows, [&](size_t i) { return std::vector<int64_t>{n, l.num_kv_heads}; });
   for (const SequenceRows::Residual& r : rows.residuals) {
     ok = ok && static_cast<int64_t>(r.ranks.size()) == l.num_layers && r.c.size() == r.ranks.size() &&
          static_cast<int64_t>(r.writers.size()) <= n;
@@ -128,6 +152,11 @@ void import_sequence(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& 
     append_checked(cache, seq, req, [&](const cache::WritePlan& plan) {
       for (int64_t layer = 0; layer < layers; ++layer) {
         const auto l = static_cast<size_t>(layer);
+        if (!rows.k_scale.empty()) {
+          cache.write_base_int8(plan, layer, {rows.k[l].narrow(0, a, b - a), rows.k_scale[l].narrow(0, a, b - a)},
+                                {rows.v[l].narrow(0, a, b - a), rows.v_scale[l].narrow(0, a, b - a)});
+          continue;
+        }
         cache.write_base(plan, layer, rows.k[l].narrow(0, a, b - a), rows.v[l].narrow(0, a, b - a));
       }
     });
@@ -195,6 +224,8 @@ ContextId Engine::import_context(const ContextRows& rows,
                       {"", "readers", std::to_string(rows.own.size()), std::to_string(readers.size())});
   }
   const auto has_lanes = [](const std::optional<SequenceRows>& s) { return s && !s->lanes.empty(); };
+  check_dtypes(cache_->manager().config(), rows.shared);
+  for (const std::optional<SequenceRows>& own : rows.own) check_dtypes(cache_->manager().config(), own);
   if (has_lanes(rows.shared)) check_lanes(cache_->layout(), *rows.shared);
   check_query_anchor(model_.config(), rows.shared);
   for (const std::optional<SequenceRows>& own : rows.own) {

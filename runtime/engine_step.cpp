@@ -109,7 +109,7 @@ std::optional<size_t> entry_writing_prefix(const cache::PagedKvCache& cache, con
 // Returns the context tokens whose rows it adopted from the prefix index.
 int64_t prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState& c, ReaderState& r) {
   int64_t hits = 0;
-  if (const std::optional<NewSequence> fresh = sequence_to_create(cache.manager().config().dtype, c, r)) {
+  if (const std::optional<NewSequence> fresh = sequence_to_create(cache.manager().config().base_dtype, c, r)) {
     *fresh->slot = st.new_seq();
     const cache::PrefixMatch match = cache.match_prefix(fresh->key, matchable_tokens(c), fresh->filter);
     cache.create_sequence(*fresh->slot, fresh->key, match);
@@ -342,7 +342,7 @@ void admit_entry(Admission& a, const StepWork& w, size_t entry) {
   ReaderState& r = a.state.reader(w.reader);
   const int32_t pools = a.cache.manager().num_pools();
   a.undo.begin_entry(ReaderMarks::of(c, r));
-  if (const std::optional<NewSequence> fresh = sequence_to_create(a.cache.manager().config().dtype, c, r)) {
+  if (const std::optional<NewSequence> fresh = sequence_to_create(a.cache.manager().config().base_dtype, c, r)) {
     const std::vector<int32_t> tokens = matchable_tokens(c);
     const int64_t matched = a.cache.match_prefix(fresh->key, tokens, fresh->filter).num_tokens;
     if (const std::optional<size_t> writer = entry_writing_prefix(a.cache, *fresh, tokens, matched, a.written)) {
@@ -360,7 +360,7 @@ void admit_entry(Admission& a, const StepWork& w, size_t entry) {
     planned = plan_private_work(c, r, entry, w);
     if (!r.private_seq.valid()) {
       r.private_seq = a.state.new_seq();
-      a.cache.create_suffix_sequence(r.private_seq, private_key(r, a.cache.manager().config().dtype), r.private_after);
+      a.cache.create_suffix_sequence(r.private_seq, private_key(r, a.cache.manager().config().base_dtype), r.private_after);
       for (Item& it : planned) it.write_seq = it.private_seq = r.private_seq;
     }
   }

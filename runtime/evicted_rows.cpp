@@ -42,13 +42,16 @@ at::Tensor offsets(const std::vector<int32_t>& positions, int64_t first, int64_t
   return long_tensor(out);
 }
 
-// One layer's K or V (`per_lane`: rows.k or rows.v) for positions [begin, end):
-// [end - begin, kv_heads, head_dim], each head group's rows from its lane where it holds the
-// position, zeros where not (rows packed away before anything reads them).
+// One layer's K or V (`per_lane`: rows.k or rows.v, or their int8 scales) for positions
+// [begin, end): [end - begin, kv_heads, head_dim] (scales: [end - begin, kv_heads]), each head
+// group's rows from its lane where it holds the position, zeros where not (rows packed away
+// before anything reads them).
 at::Tensor dense_base(const cache::CacheLayout& l, const SequenceRows& rows, const std::vector<at::Tensor>& per_lane,
                       int64_t layer, int64_t begin, int64_t end) {
   const int64_t hpg = l.heads_per_group;
-  at::Tensor out = at::zeros({end - begin, l.num_kv_heads, l.head_dim}, per_lane[0].options());
+  std::vector<int64_t> shape{end - begin, l.num_kv_heads};
+  shape.insert(shape.end(), per_lane[0].sizes().begin() + 2, per_lane[0].sizes().end());
+  at::Tensor out = at::zeros(shape, per_lane[0].options());
   for (int64_t g = 0; g < l.num_groups(); ++g) {
     const auto lane = static_cast<size_t>(l.lane(layer, g));
     const std::vector<int32_t>& positions = rows.lanes[lane].positions;
@@ -105,7 +108,12 @@ void append_base(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& rows
     req.writer = rows.writers[static_cast<size_t>(a)];
     append_checked(cache, seq, req, [&](const cache::WritePlan& plan) {
       for (int64_t layer = 0; layer < l.num_layers; ++layer) {
-        cache.write_base(plan, layer, dense_base(l, rows, rows.k, layer, a, b), dense_base(l, rows, rows.v, layer, a, b));
+        const auto dense = [&](const std::vector<at::Tensor>& per_lane) { return dense_base(l, rows, per_lane, layer, a, b); };
+        if (rows.k_scale.empty()) {
+          cache.write_base(plan, layer, dense(rows.k), dense(rows.v));
+        } else {
+          cache.write_base_int8(plan, layer, {dense(rows.k), dense(rows.k_scale)}, {dense(rows.v), dense(rows.v_scale)});
+        }
       }
     });
     a = b;
@@ -220,6 +228,24 @@ void check_residual(const cache::CacheLayout& l, const SequenceRows& rows, size_
 
 }  // namespace
 
+bool int8_scales_fit(const SequenceRows& rows, const std::function<std::vector<int64_t>(size_t)>& scale_shape) {
+  const bool int8 = rows.key.dtype == cache::StorageDtype::kInt8;
+  if (!int8) {
+    return rows.k_scale.empty() && rows.v_scale.empty() &&
+           std::all_of(rows.k.begin(), rows.k.end(), [](const at::Tensor& t) { return t.is_floating_point(); }) &&
+           std::all_of(rows.v.begin(), rows.v.end(), [](const at::Tensor& t) { return t.is_floating_point(); });
+  }
+  if (rows.k_scale.size() != rows.k.size() || rows.v_scale.size() != rows.k.size()) return false;
+  for (size_t i = 0; i < rows.k.size(); ++i) {
+    const std::vector<int64_t> shape = scale_shape(i);
+    for (const at::Tensor* s : {&rows.k_scale[i], &rows.v_scale[i]}) {
+      if (!s->defined() || s->scalar_type() != at::kFloat || s->sizes().vec() != shape) return false;
+    }
+    if (rows.k[i].scalar_type() != at::kChar || rows.v[i].scalar_type() != at::kChar) return false;
+  }
+  return true;
+}
+
 SequenceRows export_lanes(const cache::PagedKvCache& cache, SeqId seq, const std::vector<int32_t>& context_tokens) {
   const cache::CacheManager& m = cache.manager();
   const cache::SequenceState& st = m.sequence(seq);
@@ -236,8 +262,16 @@ SequenceRows export_lanes(const cache::PagedKvCache& cache, SeqId seq, const std
   for (int64_t lane = 0; lane < lanes; ++lane) {
     const cache::BaseLane& l = st.lanes[static_cast<size_t>(lane)];
     const at::Tensor slots = long_tensor(m.base_slots(seq, lane));
-    rows.k.push_back(cache.pool(0).gather_a(slots));  // [rows, heads_per_group, head_dim]
-    rows.v.push_back(cache.pool(0).gather_b(slots));
+    if (st.base_key.dtype == cache::StorageDtype::kInt8) {  // as stored, scales beside
+      const cache::Int8Rows k = cache.pool(0).gather_a_int8(slots), v = cache.pool(0).gather_b_int8(slots);
+      rows.k.push_back(k.values);
+      rows.k_scale.push_back(k.scales);
+      rows.v.push_back(v.values);
+      rows.v_scale.push_back(v.scales);
+    } else {
+      rows.k.push_back(cache.pool(0).gather_a(slots));  // [rows, heads_per_group, head_dim]
+      rows.v.push_back(cache.pool(0).gather_b(slots));
+    }
     rows.lanes.push_back({l.positions, l.live, l.scores});
   }
   for (const cache::ResidualStream& r : st.residuals) {
@@ -258,6 +292,9 @@ void check_lanes(const cache::CacheLayout& l, const SequenceRows& rows) {
            "rows");
   }
   for (size_t lane = 0; lane < rows.lanes.size(); ++lane) check_lane(l, rows, lane);
+  if (!int8_scales_fit(rows, [&](size_t i) { return std::vector<int64_t>{rows.k[i].size(0), l.heads_per_group}; })) {
+    refuse("K or V of another dtype than the rows' key, or int8 scales missing or of another shape", "rows");
+  }
   for (size_t j = 0; j < rows.residuals.size(); ++j) check_residual(l, rows, j);
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "lorakv/cache/paged_kv_cache.h"
@@ -16,6 +17,11 @@ namespace lorakv::runtime {
 // The rows of `seq` (not a suffix sequence) lane by lane; its tokens are the first of
 // `context_tokens` (the sequence itself forgets them at its first eviction).
 SequenceRows export_lanes(const cache::PagedKvCache& cache, SeqId seq, const std::vector<int32_t>& context_tokens);
+
+// Whether the rows' dtype and scales agree: with an int8 key, k and v are int8 and k_scale,
+// v_scale float32 of shape `scale_shape(i)` for each of the k tensors; otherwise no scales
+// and k, v of a float type.
+bool int8_scales_fit(const SequenceRows& rows, const std::function<std::vector<int64_t>(size_t)>& scale_shape);
 
 // Throws ConfigError naming the lane (or stream) and what is wrong when `rows.lanes` is not
 // a state eviction leaves in this layout: positions not ascending or past the tokens, masks

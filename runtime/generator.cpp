@@ -82,13 +82,14 @@ std::optional<int32_t> take_token(const GenerationRequest& r, size_t i, Live& s,
 // Bytes of the base pool that hold every request's prompt and reply (whole blocks, per
 // request) plus one block of slack per request for a reply's private rows, and with
 // commits (`commit_rows` > 0) the rows of one commit twice while they move.
-int64_t pool_bytes_for(const LlamaModel& model, const std::vector<GenerationRequest>& requests, int64_t block_size,
+int64_t pool_bytes_for(const LlamaModel& model, const EngineOptions& eo, const std::vector<GenerationRequest>& requests,
                        int64_t commit_rows) {
+  const int64_t block_size = eo.block_size;
   int64_t rows = 0;
   for (const GenerationRequest& r : requests) {
     rows += static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(r.max_new_tokens, 0) + 2 * block_size + commit_rows;
   }
-  return Engine::base_row_bytes(model) * rows;
+  return Engine::base_row_bytes(model, eo) * rows;
 }
 
 // Commits each reader's reply so far into its context once it holds `every` private tokens,
@@ -165,7 +166,8 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
     check_eviction(options);
     const bool commits = options.eviction.enabled();
     EngineOptions eo;
-    eo.kv_pool_bytes = pool_bytes_for(model, requests, eo.block_size, commits ? options.commit_every : 0);
+    eo.kv_dtype = options.kv_dtype;
+    eo.kv_pool_bytes = pool_bytes_for(model, eo, requests, commits ? options.commit_every : 0);
     Engine engine(model, eo);
     std::vector<DriverJob> jobs;
     std::map<size_t, ReaderRef> generating;  // request -> its reader, until its context goes

@@ -67,6 +67,7 @@ struct GeneratorOptions {
   // cache holds about the budget plus commit_every rows per request however long the reply.
   cache::eviction::EvictionConfig eviction;
   int64_t commit_every = 16;
+  std::optional<cache::StorageDtype> kv_dtype;  // EngineOptions::kv_dtype (use_cache only)
 };
 
 // Runs all requests as one batch until each finishes. `tokenizer` may be null when no

@@ -68,6 +68,12 @@ struct FusedAttention {
     int64_t agent_begin, agent_end;
     bool shared;
 
+    // Rows stored Hadamard-rotated (PagedStorage::hadamard): keys after RoPE stay in that
+    // frame and the queries join it; keys before RoPE go back to their own frame as they load
+    // (RoPE needs it), and the queries stay in theirs.
+    bool queries_rotated() const { return st.hadamard && !st.keys_before_rope; }
+    bool keys_unrotated_on_load() const { return st.hadamard && st.keys_before_rope; }
+
     // Row offset of agent a's rows among the item's rows (queries, raw scores).
     int64_t row_offset(int64_t a) const { return shared ? plan.agent_rows[a].row_offset : 0; }
     float* record(int64_t a, int64_t r) const {
@@ -113,11 +119,12 @@ struct FusedAttention {
   };
 
   // Rows row0..row0+n of the item's lane: pointers to float32 keys and values (converted
-  // into scratch for bfloat16), positions. Returns the bytes read.
+  // into scratch for bfloat16, and for int8 times the row's scale), positions. Returns the
+  // bytes read.
   static int64_t load_tile(const Item& it, int64_t row0, int64_t n, bool need_v, const Scratch& sc, Tile& t) {
     const PagedStorage& st = it.st;
     const int64_t dim = it.dim, bs = st.block_size;
-    const bool f32 = st.dtype == ElementType::kFloat32;
+    const bool f32 = st.dtype == ElementType::kFloat32, i8 = st.dtype == ElementType::kInt8;
     t.row0 = row0;
     t.n = n;
     t.keys_pad = round_up(n, V::kScoreRegs * V::kW);
@@ -137,18 +144,20 @@ struct FusedAttention {
         t.k[j] = static_cast<const float*>(st.k) + off;
         if (need_v) t.v[j] = static_cast<const float*>(st.v) + off;
       } else {
-        O::load_row(st.k, st.dtype, off, dim, 1.f, sc.k_conv + j * dim);
+        const int64_t scale_at = slot * st.scale_row_stride + it.head_in_lane;
+        O::load_row(st.k, st.dtype, off, dim, i8 ? st.k_scales[scale_at] : 1.f, sc.k_conv + j * dim);
+        if (it.keys_unrotated_on_load()) O::hadamard_row(sc.k_conv + j * dim, dim);
         t.k[j] = sc.k_conv + j * dim;
         if (need_v) {
-          O::load_row(st.v, st.dtype, off, dim, 1.f, sc.v_conv + j * dim);
+          O::load_row(st.v, st.dtype, off, dim, i8 ? st.v_scales[scale_at] : 1.f, sc.v_conv + j * dim);
           t.v[j] = sc.v_conv + j * dim;
         }
       }
     }
     t.min_pos = lo;
     t.max_pos = hi;
-    const int64_t elem = f32 ? 4 : 2;
-    return n * ((need_v ? 2 : 1) * dim * elem + 4 + (st.rope_positions ? 4 : 0));
+    const int64_t row_bytes = dim * element_bytes(st.dtype) + (i8 ? 4 : 0);  // an int8 row carries its scale
+    return n * ((need_v ? 2 : 1) * row_bytes + 4 + (st.rope_positions ? 4 : 0));
   }
 
   // Asks for the next tile's K and V rows while this one is computed: rows of one KV head
@@ -156,7 +165,7 @@ struct FusedAttention {
   // follow poorly, so a tile otherwise waits on memory row by row.
   static void prefetch_tile(const Item& it, int64_t row0, int64_t n) {
     const PagedStorage& st = it.st;
-    const int64_t bs = st.block_size, elem = st.dtype == ElementType::kFloat32 ? 4 : 2;
+    const int64_t bs = st.block_size, elem = element_bytes(st.dtype);
     const int64_t row_bytes = it.dim * elem;
     const char* k = static_cast<const char*>(st.k);
     const char* v = static_cast<const char*>(st.v);
@@ -213,16 +222,24 @@ struct FusedAttention {
     *residual_bytes += load_residual(it, ks, t, sc.ck);
     const int64_t dim = it.dim, rank_pad = round_up(ks.rank, 16);
     const float* b = ks.b + it.kv_head * ks.b_head_stride;
-    const bool before_rope = it.st.keys_before_rope;
+    const bool before_rope = it.st.keys_before_rope, rotated = it.queries_rotated();
     O::expand(sc.k_agent, t.n, dim, sc.ck, rank_pad, Strided{b, ks.b_rank_stride}, ks.rank);
     for (int64_t j = 0; j < t.n; ++j) {
       float* x = sc.k_agent + j * dim;
       if (before_rope) O::add_into(x, t.k[j], dim);
       O::rotate(x, dim, cos_row(it, t.rope[j]), sin_row(it, t.rope[j]));
-      if (!before_rope) O::add_into(x, t.k[j], dim);
+      if (!before_rope && !rotated) O::add_into(x, t.k[j], dim);
     }
     O::transpose(Strided{sc.k_agent, dim}, t.n, dim, sc.kt_agent);
+    if (rotated) add_rotated_to_base(it, sc, t);  // base keys stay in the Hadamard frame: the delta joins them
     return sc.kt_agent;
+  }
+
+  // kt_agent = H kt_agent + the tile's base keys (both transposed, in the Hadamard frame).
+  static void add_rotated_to_base(const Item& it, const Scratch& sc, Tile& t) {
+    O::hadamard_columns(sc.kt_agent, it.dim, t.keys_pad);
+    const float* base = base_keys(it, sc, t);
+    for (int64_t d = 0; d < it.dim; ++d) O::add_into(sc.kt_agent + d * kTileKeys, base + d * kTileKeys, t.keys_pad);
   }
 
   // Agent keys from stored full-width deltas: base + delta (rotated after the sum when keys
@@ -236,11 +253,12 @@ struct FusedAttention {
       const int64_t off = lane.blocks[i / bs] * st.block_stride + i % bs * st.row_stride + it.head_in_lane * st.head_stride;
       float* x = sc.k_agent + j * dim;
       O::load_row(st.k, st.dtype, off, dim, 1.f, x);
-      O::add_into(x, t.k[j], dim);
+      if (!it.queries_rotated()) O::add_into(x, t.k[j], dim);
       if (it.st.keys_before_rope) O::rotate(x, dim, cos_row(it, t.rope[j]), sin_row(it, t.rope[j]));
     }
     *residual_bytes += t.n * dim * (st.dtype == ElementType::kFloat32 ? 4 : 2);
     O::transpose(Strided{sc.k_agent, dim}, t.n, dim, sc.kt_agent);
+    if (it.queries_rotated()) add_rotated_to_base(it, sc, t);
     return sc.kt_agent;
   }
 
@@ -335,8 +353,9 @@ struct FusedAttention {
       for (int64_t q = 0; q < ag.num_queries; ++q) {
         for (int64_t g = 0; g < it.group; ++g) {
           const int64_t head = it.kv_head * it.group + g;
-          O::load_row(ag.q, ag.q_dtype, q * ag.q_row_stride + head * ag.q_head_stride, it.dim, it.p.scale,
-                      dst + (q * it.group + g) * it.dim);
+          float* row = dst + (q * it.group + g) * it.dim;
+          O::load_row(ag.q, ag.q_dtype, q * ag.q_row_stride + head * ag.q_head_stride, it.dim, it.p.scale, row);
+          if (it.queries_rotated()) O::hadamard_row(row, it.dim);  // H q . H k = q . k
         }
       }
     }
@@ -499,6 +518,7 @@ struct FusedAttention {
     float* acc_c = acc + dim;
     const int64_t width = dim + ar.rank_pad;
     float* lse_rows = plan.lse_rows + plan.lse_offset[a] + g * ar.num_rows;
+    const bool rotated = values_rotated(p, a);
     for (int64_t r = 0; r < ar.num_rows; ++r) {
       const int64_t q = r / group, head = g * group + r % group;
       float m = O::neg_inf();
@@ -514,6 +534,8 @@ struct FusedAttention {
           l += scale * rec[1];
           O::axpy_rows(acc, width, 1.f, &scale, Strided{rec + kRecordHeader, 0}, 1);
         }
+        // Values stored as H v: sum p H v = H (sum p v), and H is its own inverse.
+        if (rotated) O::hadamard_row(acc, dim);
         if (ag.v.rank > 0) {
           O::axpy_rows(acc, dim, 1.f, acc_c, Strided{ag.v.b + g * ag.v.b_head_stride, ag.v.b_rank_stride}, ag.v.rank);
         }
@@ -525,6 +547,18 @@ struct FusedAttention {
       if (ag.lse) ag.lse[q * ag.lse_row_stride + head] = lse;
       lse_rows[r] = lse;
     }
+  }
+
+  // Whether agent a's base rows (shared, else private) are stored Hadamard-rotated; the
+  // argument checks make the two agree.
+  static bool values_rotated(const LoraAttentionParams& p, int64_t a) {
+    for (int64_t b = 0; b < p.num_bases; ++b) {
+      const SharedBase& base = p.bases[b];
+      if (a < base.first_agent || a >= base.first_agent + base.num_agents) continue;
+      if (base.rows.lanes && base.rows.storage) return base.rows.storage->hadamard;
+    }
+    const PagedRows& own = p.agents[a].private_rows;
+    return own.lanes && own.storage && own.storage->hadamard;
   }
 
   static int64_t out_offset_bytes(const AgentAttention& ag, int64_t q, int64_t head) {

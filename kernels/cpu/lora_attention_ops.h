@@ -5,6 +5,8 @@
 // for another path at link time. Only C library calls (memcpy, expf, logf) leave the file.
 #pragma once
 
+#include <math.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -35,12 +37,16 @@ struct Ops {
     return static_cast<uint16_t>(bits >> 16);
   }
 
-  // dst[0..n) = src[offset..offset+n) as float32, times `mul`. n is a multiple of kW.
+  // dst[0..n) = src[offset..offset+n) as float32, times `mul` (an int8 row's scale). n is a
+  // multiple of kW.
   static void load_row(const void* src, ElementType type, int64_t offset, int64_t n, float mul, float* dst) {
     const R m = V::set1(mul);
     if (type == ElementType::kFloat32) {
       const float* s = static_cast<const float*>(src) + offset;
       for (int64_t i = 0; i < n; i += kW) V::store(dst + i, V::mul(V::load(s + i), m));
+    } else if (type == ElementType::kInt8) {
+      const int8_t* s = static_cast<const int8_t*>(src) + offset;
+      for (int64_t i = 0; i < n; i += kW) V::store(dst + i, V::mul(V::load_i8(s + i), m));
     } else {
       const uint16_t* s = static_cast<const uint16_t*>(src) + offset;
       for (int64_t i = 0; i < n; i += kW) V::store(dst + i, V::mul(V::load_bf16(s + i), m));
@@ -275,6 +281,43 @@ struct Ops {
       const R c = V::load(cos_row + d), s = V::load(sin_row + d);
       V::store(x + d, V::sub(V::mul(x1, c), V::mul(x2, s)));
       V::store(x + half + d, V::fma(x1, s, V::mul(x2, c)));
+    }
+  }
+  // x = H x for one row of n values (n a power of two), H the orthonormal Walsh-Hadamard
+  // matrix: log2(n) butterfly stages, then 1/sqrt(n). Used once per query row and per
+  // accumulator, so plain loops serve.
+  static void hadamard_row(float* x, int64_t n) {
+    for (int64_t h = 1; h < n; h *= 2) {
+      for (int64_t i = 0; i < n; i += 2 * h) {
+        for (int64_t j = i; j < i + h; ++j) {
+          const float a = x[j], b = x[j + h];
+          x[j] = a + b;
+          x[j + h] = a - b;
+        }
+      }
+    }
+    const float norm = 1.f / sqrtf(static_cast<float>(n));
+    for (int64_t i = 0; i < n; ++i) x[i] *= norm;
+  }
+  // The same for every key of a transposed tile kt [dim][kTileKeys]: each butterfly combines
+  // two rows of keys_pad values (a multiple of kW), so every stage is vector code.
+  static void hadamard_columns(float* kt, int64_t dim, int64_t keys_pad) {
+    for (int64_t h = 1; h < dim; h *= 2) {
+      for (int64_t i = 0; i < dim; i += 2 * h) {
+        for (int64_t d = i; d < i + h; ++d) {
+          float* a = kt + d * kTileKeys;
+          float* b = kt + (d + h) * kTileKeys;
+          for (int64_t j = 0; j < keys_pad; j += kW) {
+            const R x = V::load(a + j), y = V::load(b + j);
+            V::store(a + j, V::add(x, y));
+            V::store(b + j, V::sub(x, y));
+          }
+        }
+      }
+    }
+    const R norm = V::set1(1.f / sqrtf(static_cast<float>(dim)));
+    for (int64_t d = 0; d < dim; ++d) {
+      for (int64_t j = 0; j < keys_pad; j += kW) V::store(kt + d * kTileKeys + j, V::mul(V::load(kt + d * kTileKeys + j), norm));
     }
   }
   static void add_into(float* x, const float* y, int64_t n) {

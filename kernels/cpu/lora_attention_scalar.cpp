@@ -29,6 +29,7 @@ struct Vec {
     std::memcpy(&f, &bits, 4);
     return f;
   }
+  static R load_i8(const int8_t* p) { return static_cast<float>(*p); }
   static R add(R a, R b) { return a + b; }
   static R sub(R a, R b) { return a - b; }
   static R mul(R a, R b) { return a * b; }

@@ -73,7 +73,7 @@ TEST(SessionSaveEviction, AnEvictingSessionRestoresAndContinuesAlike) {
     auto original = testing::scenario_session(rt, evicting(mode));
     const std::string path = lorakv::testing::temp_path(std::string("evicting_") + runtime::sharing_mode_name(mode));
     original->save(path);
-    EXPECT_EQ(header_of(path).at("version").as_int(), kSessionFormatVersion);
+    EXPECT_EQ(header_of(path).at("version").as_int(), kSessionFormatVersionWithEviction);
     const SessionFile saved = read_session(path);
     EXPECT_EQ(saved.options.eviction.policy, "h2o");
     EXPECT_EQ(saved.options.eviction.budget_tokens, 48);

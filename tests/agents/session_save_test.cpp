@@ -91,6 +91,47 @@ TEST(SessionSave, RestoreIsExactAndSharesWhatTheCacheHolds) {
   }
 }
 
+// An int8 base pool: the file (version 3) carries the int8 rows and their scales, and the
+// restored session continues bit for bit; a runtime whose pool holds another dtype refuses it.
+TEST(SessionSave, Int8RowsAndScalesRestoreExactly) {
+  RuntimeOptions o = testing::scenario_options(model());
+  o.kv_dtype = "int8";
+  Runtime rt(o);
+  testing::load_scenario_adapters(rt, adapter_set("qv_shared_a"));
+  auto original = testing::scenario_session(rt, {SharingMode::kBaseLrShared, SharedWriter::kFirst});
+  const std::string path = lorakv::testing::temp_path("session_int8");
+  original->save(path);
+  const SessionFile f = read_session(path);
+  ASSERT_TRUE(f.rows.shared.has_value());
+  EXPECT_EQ(f.rows.shared->k[0].scalar_type(), at::kChar);
+  EXPECT_EQ(f.rows.shared->k_scale.size(), f.rows.shared->k.size());
+  Runtime fresh(o);
+  testing::load_scenario_adapters(fresh, adapter_set("qv_shared_a"));
+  auto restored = fresh.restore_session(path);
+  expect_same_continuation(*original, *restored);
+  // The same file claiming version 2, which has no int8 rows, is refused.
+  std::string bytes = read_bytes(path);
+  const size_t at = bytes.find("\\\"version\\\": 3,");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 13] = '2';  // the digit after the key
+  const std::string v2 = lorakv::testing::temp_path("session_int8_v2");
+  write_bytes(v2, bytes);
+  try {
+    fresh.restore_session(v2);
+    ADD_FAILURE() << "a version 2 file with int8 rows was accepted";
+  } catch (const SessionFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("int8 came with version 3"), std::string::npos) << e.what();
+  }
+  Runtime float32(testing::scenario_options(model()));
+  testing::load_scenario_adapters(float32, adapter_set("qv_shared_a"));
+  try {
+    float32.restore_session(path);
+    ADD_FAILURE() << "a float32 runtime took int8 rows";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("int8"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SessionSave, RestoredInAnotherProcessContinuesAlike) {
   Runtime rt(testing::scenario_options(model()));
   testing::load_scenario_adapters(rt, adapter_set("all_linear"));

@@ -47,13 +47,17 @@ reference::LoraRefRows no_rows() {
 CacheConfig views_config(int64_t heads_per_group, StorageDtype dtype) {
   CacheConfig c;
   c.layout = {kViewLayers, kViewKvHeads, kViewHeadDim, kViewBlock, heads_per_group};
-  c.dtype = dtype;
+  c.base_dtype = dtype;
+  c.residual_dtype = dtype == StorageDtype::kInt8 ? StorageDtype::kFloat32 : dtype;
   c.num_base_blocks = 64;
   c.residual_pools = {{kViewRank, 64}};
   return c;
 }
 
-ContentKey agent_v_stream(StorageDtype dtype) { return ContentKey::residual(StreamKind::kResidualV, dtype, kAgent); }
+// Residual rows are float32 beside an int8 base.
+ContentKey agent_v_stream(StorageDtype dtype) {
+  return ContentKey::residual(StreamKind::kResidualV, dtype == StorageDtype::kInt8 ? StorageDtype::kFloat32 : dtype, kAgent);
+}
 
 void append_random(PagedKvCache& cache, SeqId seq, int64_t count, const std::vector<ContentKey>& streams) {
   std::vector<int32_t> tokens(static_cast<size_t>(count));

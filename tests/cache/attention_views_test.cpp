@@ -153,6 +153,33 @@ TEST(AttentionViews, BFloat16PoolMatchesReference) {
   expect_every_layer_matches(cache, SeqId(1), dtype, 12);
 }
 
+// An int8 base pool: the views carry its scales, and the kernel reads what the pool holds
+// (the reference gathers the same int8 rows times their scales), after compaction and
+// eviction moved and masked rows.
+TEST(AttentionViews, Int8PoolMatchesReference) {
+  for (int64_t hpg : {int64_t{1}, kAllHeads}) {
+    SCOPED_TRACE("heads_per_group " + std::to_string(hpg));
+    at::manual_seed(16);
+    const StorageDtype dtype = StorageDtype::kInt8;
+    PagedKvCache cache = filled_cache(hpg, dtype, 19);
+    const kernels::PagedStorage& st = BaseLayerView::of(cache, SeqId(1), 0).storage();
+    EXPECT_EQ(st.dtype, kernels::ElementType::kInt8);
+    EXPECT_EQ(st.k_scales, cache.pool(0).a_scales().data_ptr<float>());
+    EXPECT_EQ(st.v_scales, cache.pool(0).b_scales().data_ptr<float>());
+    expect_every_layer_matches(cache, SeqId(1), dtype, 18);
+    std::mt19937 rng(17);
+    KeepSets keep(static_cast<size_t>(cache.layout().num_lanes()));
+    for (std::vector<int64_t>& lane : keep) {
+      for (int64_t row = 0; row < 19; ++row) {
+        if (rng() % 10 < 6 || row == 18) lane.push_back(row);
+      }
+    }
+    ASSERT_TRUE(cache.compact(SeqId(1), keep));
+    append_random(cache, SeqId(1), 3, {agent_v_stream(dtype)});
+    expect_every_layer_matches(cache, SeqId(1), dtype, 21);
+  }
+}
+
 TEST(AttentionViews, LayerWithoutAdapterGivesRankZeroStream) {
   at::manual_seed(7);
   const StorageDtype dtype = StorageDtype::kFloat32;

@@ -31,7 +31,7 @@ TEST(CacheStats, MeasuredBytesMatchTheClosedForm) {
     SCOPED_TRACE("layers " + std::to_string(sh.layers) + " heads " + std::to_string(sh.kv_heads));
     CacheConfig c;
     c.layout = {sh.layers, sh.kv_heads, sh.head_dim, sh.block_size, sh.heads_per_group};
-    c.dtype = sh.dtype;
+    c.base_dtype = c.residual_dtype = sh.dtype;
     c.num_base_blocks = 4096;
     for (int64_t r : {4, 8, 16, 2, 3}) c.residual_pools.push_back({r, 1024});
     PagedKvCache cache(c);

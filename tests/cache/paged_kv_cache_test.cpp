@@ -33,7 +33,8 @@ std::vector<int32_t> tokens_of(int32_t n, int32_t start = 3) {
 CacheConfig config(int64_t heads_per_group, StorageDtype dtype = StorageDtype::kFloat32) {
   CacheConfig c;
   c.layout = {2, 3, 4, 4, heads_per_group};
-  c.dtype = dtype;
+  c.base_dtype = dtype;
+  c.residual_dtype = dtype == StorageDtype::kInt8 ? StorageDtype::kFloat32 : dtype;
   c.num_base_blocks = 128;
   c.residual_pools = {{2, 64}, {3, 64}};
   return c;

@@ -36,7 +36,7 @@ std::string compare_lanes(const kernels::LaneRows* ours, const kernels::LaneRows
 }
 
 void expect_same_views(const PagedKvCache& cache, SeqId seq, int64_t limit) {
-  const StorageDtype dtype = cache.manager().config().dtype;
+  const StorageDtype dtype = cache.manager().config().base_dtype;
   StepViews views(cache);
   const int64_t base = views.add_base(seq, limit);
   EXPECT_EQ(views.add_base(seq, limit), base) << "one read per (sequence, limit)";

@@ -15,11 +15,42 @@ namespace k = kernels;
 namespace {
 
 at::ScalarType scalar_type(k::ElementType t) {
-  return t == k::ElementType::kFloat32 ? at::kFloat : at::kBFloat16;
+  switch (t) {
+    case k::ElementType::kFloat32: return at::kFloat;
+    case k::ElementType::kBFloat16: return at::kBFloat16;
+    case k::ElementType::kInt8: return at::kChar;
+  }
+  return at::kFloat;
 }
 
+// Residual and key-delta rows, queries and outputs: int8 is for base rows only, so a case
+// with an int8 base keeps those in float32.
+k::ElementType non_base(k::ElementType t) { return t == k::ElementType::kInt8 ? k::ElementType::kFloat32 : t; }
+
 // Values as the kernel will read them: rounded to `t`, kept as float32.
-at::Tensor rounded(const at::Tensor& x, k::ElementType t) { return x.to(scalar_type(t)).to(at::kFloat); }
+at::Tensor rounded(const at::Tensor& x, k::ElementType t) {
+  return x.to(scalar_type(non_base(t))).to(at::kFloat);
+}
+
+// Base rows [N, hpl, D] as int8 with a float32 scale per row and head (max |x| / 127), and
+// the float32 values the kernel reads back (int8 times scale, one float32 product each).
+// The orthonormal Walsh-Hadamard matrix of size n (a power of two), double.
+at::Tensor hadamard_matrix(int64_t n) {
+  at::Tensor h = at::ones({1, 1}, at::kDouble);
+  while (h.size(0) < n) h = at::cat({at::cat({h, h}, 1), at::cat({h, -h}, 1)}, 0);
+  return h / std::sqrt(static_cast<double>(n));
+}
+
+// With `hadamard`, the pool holds H x quantised and the reference gets H (int8 times scale),
+// the values in their own frame (in double, then float32).
+LaneData::Int8 int8_rows(const at::Tensor& x, bool hadamard) {
+  const int64_t d = x.size(-1);
+  const at::Tensor stored = hadamard ? at::matmul(x.to(at::kDouble), hadamard_matrix(d)).to(at::kFloat) : x;
+  const at::Tensor scale = (stored.abs().amax(-1) / 127.0).clamp_min(1e-30);
+  const at::Tensor q = (stored / scale.unsqueeze(-1)).round().clamp(-127, 127).to(at::kChar);
+  const at::Tensor read = q.to(at::kFloat) * scale.unsqueeze(-1);
+  return {q, scale, hadamard ? at::matmul(read.to(at::kDouble), hadamard_matrix(d)).to(at::kFloat) : read};
+}
 
 int64_t blocks_for(int64_t rows, int64_t block_size) { return (rows + block_size - 1) / block_size; }
 
@@ -32,7 +63,7 @@ std::string CaseSpec::describe() const {
      << k::element_type_name(out_dtype) << ", block " << block_size << ", context " << context << ", bases "
      << num_bases << ", heads/lane " << heads_per_lane << (per_head_residual ? ", per-head C" : "")
      << (evicted ? ", evicted" : "") << (shuffled ? ", shuffled" : "") << (keys_before_rope ? ", pre-RoPE keys" : "")
-     << (compact_rope ? ", compact RoPE" : "") << (random_query_positions ? ", random query positions" : "")
+     << (compact_rope ? ", compact RoPE" : "") << (hadamard ? ", Hadamard" : "") << (random_query_positions ? ", random query positions" : "")
      << ", window " << window << ", mass " << static_cast<int>(mass) << ", agents [";
   for (const AgentSpec& a : agents) {
     os << " {q " << a.num_queries << " v" << a.v_rank << " k" << a.k_rank << (a.k_as_delta ? "(delta)" : "") << " priv " << a.private_rows << " base "
@@ -92,18 +123,29 @@ LoraAttentionCase::Pool& LoraAttentionCase::new_pool(bool base, int64_t blocks, 
   Pool& p = pools_.emplace_back();
   std::vector<int64_t> shape{blocks, block_size};
   shape.insert(shape.end(), row_shape.begin(), row_shape.end());
-  const auto opts = at::TensorOptions().dtype(scalar_type(spec_.storage));
-  // NaN everywhere no row was written: a read of a wrong slot poisons the result.
-  p.k = at::full(shape, std::numeric_limits<float>::quiet_NaN(), opts);
+  const k::ElementType dtype = base ? spec_.storage : non_base(spec_.storage);
+  const auto opts = at::TensorOptions().dtype(scalar_type(dtype));
+  // NaN everywhere no row was written: a read of a wrong slot poisons the result (int8
+  // pools: their scales are NaN).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  p.k = dtype == k::ElementType::kInt8 ? at::zeros(shape, opts) : at::full(shape, nan, opts);
   const int64_t row = std::accumulate(row_shape.begin(), row_shape.end(), int64_t{1}, std::multiplies<>());
   p.view.k = p.k.data_ptr();
-  p.view.dtype = spec_.storage;
+  p.view.dtype = dtype;
   p.view.num_blocks = blocks;
   p.view.block_size = block_size;
   p.view.block_stride = block_size * row;
   p.view.row_stride = row;
   if (base) {
-    p.v = at::full(shape, std::numeric_limits<float>::quiet_NaN(), opts);
+    p.v = at::zeros_like(p.k).fill_(dtype == k::ElementType::kInt8 ? 0.f : nan);
+    if (dtype == k::ElementType::kInt8) {
+      p.k_scales = at::full({blocks, block_size, row_shape.front()}, nan);
+      p.v_scales = at::full({blocks, block_size, row_shape.front()}, nan);
+      p.view.k_scales = p.k_scales.data_ptr<float>();
+      p.view.v_scales = p.v_scales.data_ptr<float>();
+      p.view.scale_row_stride = row_shape.front();
+      p.view.hadamard = spec_.hadamard;
+    }
     p.positions = at::full({blocks, block_size}, -1000, at::kInt);
     p.view.v = p.v.data_ptr();
     p.view.positions = p.positions.data_ptr<int32_t>();
@@ -152,8 +194,15 @@ std::vector<LaneData> LoraAttentionCase::draw_rows(int64_t first_position, int64
     }
     const auto n = static_cast<int64_t>(pos.size());
     LaneData d;
-    d.k = rounded(at::randn({n, hpl_, spec_.dim}), spec_.storage);
-    d.v = rounded(at::randn({n, hpl_, spec_.dim}), spec_.storage);
+    if (spec_.storage == k::ElementType::kInt8) {
+      d.k_int8 = int8_rows(at::randn({n, hpl_, spec_.dim}), spec_.hadamard);
+      d.v_int8 = int8_rows(at::randn({n, hpl_, spec_.dim}), spec_.hadamard);
+      d.k = d.k_int8.values;
+      d.v = d.v_int8.values;
+    } else {
+      d.k = rounded(at::randn({n, hpl_, spec_.dim}), spec_.storage);
+      d.v = rounded(at::randn({n, hpl_, spec_.dim}), spec_.storage);
+    }
     d.positions = at::tensor(pos, at::kLong);
     d.rope_positions = at::tensor(rpos, at::kLong);
     result.push_back(d);
@@ -170,8 +219,15 @@ void LoraAttentionCase::write_base(Pool& pool, std::vector<k::LaneRows>& lanes, 
     std::vector<int64_t> slots;
     for (int64_t i = 0; i < lane.num_rows; ++i) slots.push_back(lane.blocks[i / bs] * bs + i % bs);
     const at::Tensor s = at::tensor(slots, at::kLong);
-    pool.k.view({-1, hpl_, spec_.dim}).index_put_({s}, data[l].k.to(pool.k.scalar_type()));
-    pool.v.view({-1, hpl_, spec_.dim}).index_put_({s}, data[l].v.to(pool.v.scalar_type()));
+    if (pool.k_scales.defined()) {
+      pool.k.view({-1, hpl_, spec_.dim}).index_put_({s}, data[l].k_int8.q);
+      pool.v.view({-1, hpl_, spec_.dim}).index_put_({s}, data[l].v_int8.q);
+      pool.k_scales.view({-1, hpl_}).index_put_({s}, data[l].k_int8.scale);
+      pool.v_scales.view({-1, hpl_}).index_put_({s}, data[l].v_int8.scale);
+    } else {
+      pool.k.view({-1, hpl_, spec_.dim}).index_put_({s}, data[l].k.to(pool.k.scalar_type()));
+      pool.v.view({-1, hpl_, spec_.dim}).index_put_({s}, data[l].v.to(pool.v.scalar_type()));
+    }
     pool.positions.view({-1}).index_put_({s}, data[l].positions.to(at::kInt));
     if (pool.rope_positions.defined()) pool.rope_positions.view({-1}).index_put_({s}, data[l].rope_positions.to(at::kInt));
   }

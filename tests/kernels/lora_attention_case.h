@@ -31,7 +31,10 @@ struct AgentSpec {
 struct CaseSpec {
   uint64_t seed = 0;
   int64_t heads = 4, kv_heads = 2, dim = 64;
+  // Every pool's element type; int8 applies to base pools (shared and private rows) and
+  // leaves residual and key-delta pools in float32.
   kernels::ElementType storage = kernels::ElementType::kFloat32;
+  bool hadamard = false;  // int8 base rows stored as H x (PagedStorage::hadamard)
   kernels::ElementType q_dtype = kernels::ElementType::kFloat32;
   kernels::ElementType out_dtype = kernels::ElementType::kFloat32;
   int64_t block_size = 16;
@@ -54,7 +57,10 @@ struct CaseSpec {
 
 // Dense rows of one lane (hpl KV heads), values already rounded to the storage dtype.
 struct LaneData {
-  at::Tensor k, v;            // float [N, hpl, D]
+  at::Tensor k, v;            // float [N, hpl, D]: as the kernel reads them
+  struct Int8 {               // int8 storage: what the pool holds
+    at::Tensor q, scale, values;  // int8 [N, hpl, D], float [N, hpl], float [N, hpl, D]
+  } k_int8, v_int8;
   at::Tensor positions;       // int64 [N]
   at::Tensor rope_positions;  // int64 [N]
 };
@@ -88,6 +94,7 @@ class LoraAttentionCase {
  private:
   struct Pool {  // one storage: its tensors, next free block in the shuffled order
     at::Tensor k, v, positions, rope_positions;  // base pools: all; residual: k only
+    at::Tensor k_scales, v_scales;               // int8 base pools: float [blocks, block_size, hpl]
     std::vector<int32_t> order;
     size_t next = 0;
     kernels::PagedStorage view;

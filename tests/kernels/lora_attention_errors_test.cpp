@@ -177,5 +177,31 @@ TEST(LoraAttentionErrors, VectorPathTheCpuCannotRun) {
   EXPECT_THROW(c.run(cpu::VectorPath::kAvx512), ConfigError);
 }
 
+TEST(LoraAttentionErrors, Int8RowsWithoutScalesOrOutsideTheBase) {
+  // int8 is read with a scale per row: base storage claiming int8 without them is refused.
+  static kernels::PagedStorage no_scales;
+  expect_refusal([](LoraAttentionCase& c, LoraAttentionParams& p) {
+    no_scales = *c.bases()[0].rows.storage;
+    no_scales.dtype = kernels::ElementType::kInt8;
+    c.bases()[0].rows.storage = &no_scales;
+    p.bases = c.bases().data();
+  }, "int8 rows need k_scales");
+  // Hadamard-rotated rows must be int8.
+  static kernels::PagedStorage rotated_float;
+  expect_refusal([](LoraAttentionCase& c, LoraAttentionParams&) {
+    rotated_float = *c.bases()[0].rows.storage;
+    rotated_float.hadamard = true;
+    c.bases()[0].rows.storage = &rotated_float;
+  }, "Hadamard-rotated rows must be int8");
+  // Residual rows are float32 or bfloat16 only.
+  static kernels::PagedStorage int8_c;
+  expect_refusal([](LoraAttentionCase& c, LoraAttentionParams& p) {
+    int8_c = *c.agents()[0].v.c_storage;
+    int8_c.dtype = kernels::ElementType::kInt8;
+    c.agents()[0].v.c_storage = &int8_c;
+    p.agents = c.agents().data();
+  }, "int8 is for base K/V rows only");
+}
+
 }  // namespace
 }  // namespace lorakv::testing

@@ -30,10 +30,12 @@ CaseSpec decode_spec(int64_t agents, ElementType storage) {
 }
 
 TEST(LoraAttentionStats, EightAgentsLoadEachBaseTileOnceAsOneAgentDoes) {
-  for (ElementType storage : {ElementType::kFloat32, ElementType::kBFloat16}) {
+  for (ElementType storage : {ElementType::kFloat32, ElementType::kBFloat16, ElementType::kInt8}) {
     const int64_t elem = kernels::element_bytes(storage);
-    // Per KV head, per row: its key and value (head_dim each) and its int32 position.
-    const int64_t rows_bytes = 3 * 1000 * (2 * 64 * elem + 4);
+    // Per KV head, per row: its key and value (head_dim each, int8 with a float32 scale
+    // each) and its int32 position. int8 reads a quarter of float32's row bytes.
+    const int64_t scale = storage == ElementType::kInt8 ? 4 : 0;
+    const int64_t rows_bytes = 3 * 1000 * (2 * (64 * elem + scale) + 4);
     for (int64_t threads : {1, 2}) {
       kernels::LoraAttentionStats one, eight;
       LoraAttentionCase c1(decode_spec(1, storage)), c8(decode_spec(8, storage));
@@ -41,8 +43,8 @@ TEST(LoraAttentionStats, EightAgentsLoadEachBaseTileOnceAsOneAgentDoes) {
       c8.run(std::nullopt, threads, &eight);
       EXPECT_EQ(one.base_bytes_read, rows_bytes) << threads << " threads";
       EXPECT_EQ(eight.base_bytes_read, one.base_bytes_read) << threads << " threads";
-      // C_v: rank 8 per row per KV head for each agent.
-      EXPECT_EQ(one.residual_bytes_read, 3 * 1000 * 8 * elem);
+      // C_v: rank 8 per row per KV head for each agent (float32 beside an int8 base).
+      EXPECT_EQ(one.residual_bytes_read, 3 * 1000 * 8 * (storage == ElementType::kInt8 ? 4 : elem));
       EXPECT_EQ(eight.residual_bytes_read, 8 * one.residual_bytes_read);
       EXPECT_EQ(eight.mass_bytes_read, 0);
       EXPECT_EQ(compare_with_reference(c8, tolerance_for(c8.spec())), "");

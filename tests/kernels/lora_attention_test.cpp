@@ -256,6 +256,63 @@ TEST(LoraAttention, BFloat16StorageQueriesAndOutputs) {
   expect_matches_on_every_path(s);
 }
 
+// int8 base rows (shared and private) with a scale per row and KV head, read on every path;
+// residual rows stay float32. The reference gets the values the pool holds (int8 times its
+// scale), so the tolerance is float32's: quantisation error is the engine's to measure.
+TEST(LoraAttention, Int8BaseRowsWithScalesPerRowAndHead) {
+  CaseSpec s;
+  s.seed = 125;
+  s.storage = ElementType::kInt8;
+  s.context = 150;
+  s.agents = {agent(3, 8, 8, 6), agent(1, 64, 0), agent(2, 0, 0, 2), agent(1, 8, 0, 0, 0)};
+  expect_matches_on_every_path(s);
+  s.seed = 126;  // per-head token sets, K-LoRA on keys stored before RoPE, evicted gaps, bfloat16 out
+  s.heads_per_lane = 1;
+  s.per_head_residual = true;
+  s.keys_before_rope = true;
+  s.evicted = true;
+  s.compact_rope = true;
+  s.q_dtype = s.out_dtype = ElementType::kBFloat16;
+  expect_matches_on_every_path(s);
+  s.seed = 127;  // attention mass and a sliding window over int8 rows
+  s.heads_per_lane = 0;
+  s.per_head_residual = s.keys_before_rope = s.evicted = s.compact_rope = false;
+  s.q_dtype = s.out_dtype = ElementType::kFloat32;
+  s.window = 40;
+  s.mass = AttentionMass::kPerAgent;
+  s.agents = {agent(4, 8, 0, 3), agent(1, 0, 0)};
+  expect_matches_on_every_path(s);
+}
+
+// The same with rows stored Hadamard-rotated: queries rotated for keys after RoPE, keys
+// rotated back on chip where K-LoRA, key deltas or RoPE need them, values once per query.
+TEST(LoraAttention, Int8BaseRowsStoredHadamardRotated) {
+  CaseSpec s;
+  s.seed = 128;
+  s.storage = ElementType::kInt8;
+  s.hadamard = true;
+  s.context = 150;
+  s.agents = {agent(3, 8, 8, 6), agent(1, 64, 0), agent(2, 0, 0, 2), agent(1, 8, 8, 0, 0)};
+  expect_matches_on_every_path(s);
+  s.seed = 129;  // stored key deltas instead of the expansion
+  s.agents[3].k_as_delta = true;
+  expect_matches_on_every_path(s);
+  s.seed = 130;  // keys before RoPE, rotated to compact positions; per-head lanes; dim 128
+  s.dim = 128;
+  s.heads_per_lane = 1;
+  s.keys_before_rope = s.compact_rope = s.evicted = true;
+  s.agents[3].k_as_delta = false;
+  expect_matches_on_every_path(s);
+  s.seed = 131;  // attention mass from a query window
+  s.dim = 64;
+  s.heads_per_lane = 0;
+  s.keys_before_rope = s.compact_rope = s.evicted = false;
+  s.mass = AttentionMass::kSumOverAgents;
+  s.agents = {agent(4, 8, 8, 3), agent(2, 0, 0)};
+  s.agents[0].mass_first_query = 2;
+  expect_matches_on_every_path(s);
+}
+
 TEST(LoraAttention, AttentionMassDecodeAndQueryWindows) {
   for (AttentionMass mass : {AttentionMass::kPerAgent, AttentionMass::kSumOverAgents}) {
     CaseSpec decode;  // one query each: raw scores kept, normalised with the final lse

@@ -142,6 +142,7 @@ struct Case {
   int kv_heads;
   bool per_head;
   int readers;  // adapters (full: the base model for reader 0)
+  bool int8 = false;  // an int8 base pool (EngineOptions::kv_dtype): rows and scales restored as stored
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -159,6 +160,7 @@ class EngineSaveEviction : public ::testing::TestWithParam<Case> {
     eo.block_size = 16;
     eo.per_head_token_sets = GetParam().per_head;
     eo.prefill_chunk = chunk;
+    if (GetParam().int8) eo.kv_dtype = cache::StorageDtype::kInt8;
     return eo;
   }
   std::vector<AdapterPtr> readers() const {
@@ -218,6 +220,10 @@ bool same_rows(const SequenceRows& a, const SequenceRows& b) {
     const std::vector<uint8_t>& live_b = b.lanes[l].live.empty() ? all : b.lanes[l].live;
     if (live_a != live_b || !at::equal(a.k[l], b.k[l]) || !at::equal(a.v[l], b.v[l])) return false;
   }
+  if (a.k_scale.size() != b.k_scale.size()) return false;
+  for (size_t l = 0; l < a.k_scale.size(); ++l) {
+    if (!at::equal(a.k_scale[l], b.k_scale[l]) || !at::equal(a.v_scale[l], b.v_scale[l])) return false;
+  }
   if (a.residuals.size() != b.residuals.size()) return false;
   for (size_t j = 0; j < a.residuals.size(); ++j) {
     for (size_t l = 0; l < a.residuals[j].c.size(); ++l) {
@@ -238,6 +244,9 @@ TEST_P(EngineSaveEviction, RestoredContextEvictsAndAnswersAsTheSavedOne) {
   int64_t masked = 0, scored = 0;
   for (const SequenceRows* s : sequences(rows)) {
     ASSERT_FALSE(s->lanes.empty());
+    // int8 rows go out as stored, with their scales (nothing dequantised and quantised again).
+    EXPECT_EQ(s->k[0].scalar_type(), GetParam().int8 ? at::kChar : at::kFloat);
+    EXPECT_EQ(s->k_scale.size(), GetParam().int8 ? s->k.size() : 0u);
     for (const SequenceRows::Lane& l : s->lanes) {
       EXPECT_LT(l.positions.size(), s->tokens.size());
       masked += std::count(l.live.begin(), l.live.end(), uint8_t{0});
@@ -300,7 +309,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"full_h2o", SharingMode::kFull, "h2o", 1, false, 1},
                       Case{"base_lr_shared_h2o_per_head", SharingMode::kBaseLrShared, "h2o", 2, true, 3},
                       Case{"base_shared_snapkv", SharingMode::kBaseShared, "snapkv", 1, false, 2},
-                      Case{"full_shared_streaming_llm", SharingMode::kFullShared, "streaming_llm", 2, true, 2}),
+                      Case{"full_shared_streaming_llm", SharingMode::kFullShared, "streaming_llm", 2, true, 2},
+                      Case{"base_lr_shared_h2o_per_head_int8", SharingMode::kBaseLrShared, "h2o", 2, true, 3, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // Lanes that are not a state eviction leaves are refused, naming the lane, before anything
