@@ -96,7 +96,7 @@ GridRow run_one(BenchWorkload& w, int64_t t, int64_t n, SharingMode mode, bool p
   row.mode = mode;
   row.seconds = bench_seconds() - start;
   row.mem = engine.memory();
-  const int64_t element = cache::storage_element_bytes(engine.cache().manager().config().dtype);
+  const int64_t element = cache::storage_element_bytes(engine.cache().manager().config().base_dtype);
   row.closed = closed_form(mode, n, t, c, eo.block_size, per_head, w.shared_a.front()->max_rank(), element);
   row.payload = payload_ratio(mode, n, c, per_head, w.shared_a.front()->max_rank());
   if (alora) {
