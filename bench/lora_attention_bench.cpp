@@ -10,6 +10,8 @@
 //   fused_kdelta   (a) with each agent's K delta stored at full width instead of expanded
 //   fused_prerope  (a) with base keys stored before RoPE, rotated on chip
 //   fused_base / sdpa_base (d), one agent without adapter: the kernel and SDPA on the same rows
+//   fused_int8 / fused_base_int8  (a) and (d) over an int8 copy of the base (float32 rows only),
+//                  in the same repetitions: int8 reads a quarter of the bytes, converts on chip
 // The KV footprint is cycled over enough layers' buffers to exceed the last-level cache, so
 // the figures are memory-bound as in a real step (each variant cycles its own buffers: N full
 // caches or stored deltas fit fewer layers in the same footprint). Every variant of a
@@ -21,7 +23,10 @@
 // (default <build>/bench_results/lora_attention.{csv,png}). Run it on an idle machine: other
 // load changes every figure.
 //
-// usage: lorakv_lora_attention_bench [--quick] [--shapes smol,llama] [--dtypes f32,bf16]
+// i8: the base rows int8 as the engine stores them (a float32 scale per row and KV head,
+// Hadamard-rotated), queries, outputs and residual rows float32; the SDPA variants need
+// float rows and are skipped.
+// usage: lorakv_lora_attention_bench [--quick] [--shapes smol,llama] [--dtypes f32,bf16,i8]
 //        [--modes decode,prefill] [--contexts 512,1024,...] [--agents 1,8] [--ranks 8,64]
 //        [--variants fused,sdpa_full,...] [--reps N] [--footprint-mb N] [--min-seconds S]
 //        [--threads N] [--csv FILE] [--png FILE] [--python PY]
@@ -122,7 +127,9 @@ Options parse(int argc, char** argv) {
       o.shapes = chosen;
     } else if (a == "--dtypes") {
       o.dtypes.clear();
-      for (const std::string& n : split(next())) o.dtypes.push_back(n == "bf16" ? ElementType::kBFloat16 : ElementType::kFloat32);
+      for (const std::string& n : split(next())) {
+        o.dtypes.push_back(n == "bf16" ? ElementType::kBFloat16 : n == "i8" ? ElementType::kInt8 : ElementType::kFloat32);
+      }
     } else if (a == "--modes") {
       o.modes = split(next());
     } else if (a == "--contexts") {
@@ -154,7 +161,11 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-at::ScalarType scalar(ElementType t) { return t == ElementType::kFloat32 ? at::kFloat : at::kBFloat16; }
+at::ScalarType scalar(ElementType t) {
+  return t == ElementType::kFloat32 ? at::kFloat : t == ElementType::kBFloat16 ? at::kBFloat16 : at::kChar;
+}
+// Queries, outputs and residual rows: int8 is for base rows only, float32 beside them (as the engine runs).
+ElementType activations(ElementType t) { return t == ElementType::kInt8 ? ElementType::kFloat32 : t; }
 
 struct Config {
   Shape shape;
@@ -168,6 +179,7 @@ struct Config {
 // order, so the dense SDPA variants can view the same rows).
 struct Layer {
   at::Tensor k, v, positions;           // [blocks, 16, kv_heads, dim], int32 [blocks, 16]
+  at::Tensor k_scales, v_scales;        // int8: float [blocks, 16, kv_heads]
   std::vector<int32_t> table;
   kernels::PagedStorage base, base_prerope;
   kernels::LaneRows lane;
@@ -190,34 +202,49 @@ struct Bench {
 
   int64_t blocks() const { return (cfg.context + kBlock - 1) / kBlock; }
   int64_t layer_bytes() const {
-    return 2 * blocks() * kBlock * cfg.shape.kv_heads * cfg.shape.dim * kernels::element_bytes(cfg.dtype);
+    const int64_t scale = cfg.dtype == ElementType::kInt8 ? 4 : 0;  // an int8 row's float32 scale
+    return 2 * blocks() * kBlock * cfg.shape.kv_heads * (cfg.shape.dim * kernels::element_bytes(cfg.dtype) + scale);
   }
 
   void build(int64_t footprint_bytes) {
     const Shape& s = cfg.shape;
     layers = std::max<int64_t>(1, (footprint_bytes + layer_bytes() - 1) / layer_bytes());
     sdpa_layers = std::max<int64_t>(1, layers / cfg.agents);  // (c) holds N full caches: same footprint
-    const auto opts = at::TensorOptions().dtype(scalar(cfg.dtype));
+    const auto opts = at::TensorOptions().dtype(scalar(activations(cfg.dtype)));
+    const bool int8 = cfg.dtype == ElementType::kInt8;
     const at::Tensor inv_freq = 1.0 / at::pow(10000.0, at::arange(0, s.dim, 2, at::kLong).to(at::kFloat) / double(s.dim));
     const at::Tensor angles = at::arange(cfg.context, at::kLong).to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);
     rope_cos = angles.cos().contiguous();
     rope_sin = angles.sin().contiguous();
     for (int64_t l = 0; l < layers; ++l) {
       Layer& L = data.emplace_back();
-      L.k = at::randn({blocks(), kBlock, s.kv_heads, s.dim}, opts);
-      L.v = at::randn({blocks(), kBlock, s.kv_heads, s.dim}, opts);
+      if (int8) {  // as the engine stores them: Hadamard-rotated int8 rows, a scale per row and head
+        L.k = at::randint(-127, 128, {blocks(), kBlock, s.kv_heads, s.dim}, at::kChar);
+        L.v = at::randint(-127, 128, {blocks(), kBlock, s.kv_heads, s.dim}, at::kChar);
+        L.k_scales = at::rand({blocks(), kBlock, s.kv_heads}) * 0.02f;
+        L.v_scales = at::rand({blocks(), kBlock, s.kv_heads}) * 0.02f;
+      } else {
+        L.k = at::randn({blocks(), kBlock, s.kv_heads, s.dim}, opts);
+        L.v = at::randn({blocks(), kBlock, s.kv_heads, s.dim}, opts);
+      }
       L.positions = at::arange(blocks() * kBlock, at::kInt).view({blocks(), kBlock});
       for (int32_t i = 0; i < blocks(); ++i) L.table.push_back(i);
       L.base = {L.k.data_ptr(), L.v.data_ptr(), cfg.dtype, blocks(), kBlock, kBlock * s.kv_heads * s.dim,
                 s.kv_heads * s.dim, s.dim, L.positions.data_ptr<int32_t>(), nullptr, false};
+      if (int8) {
+        L.base.k_scales = L.k_scales.data_ptr<float>();
+        L.base.v_scales = L.v_scales.data_ptr<float>();
+        L.base.scale_row_stride = s.kv_heads;
+        L.base.hadamard = (s.dim & (s.dim - 1)) == 0;
+      }
       L.base_prerope = L.base;
       L.base_prerope.keys_before_rope = true;
       L.lane = {L.table.data(), cfg.context};
       L.c_storage.reserve(static_cast<size_t>(cfg.agents));
       for (int64_t a = 0; a < cfg.agents; ++a) {
         L.c.push_back(at::randn({blocks(), kBlock, cfg.rank}, opts));
-        L.c_storage.push_back({L.c.back().data_ptr(), nullptr, cfg.dtype, blocks(), kBlock, kBlock * cfg.rank, cfg.rank, 0,
-                               nullptr, nullptr, false});
+        L.c_storage.push_back({L.c.back().data_ptr(), nullptr, activations(cfg.dtype), blocks(), kBlock, kBlock * cfg.rank,
+                               cfg.rank, 0, nullptr, nullptr, false});
         L.c_lane.push_back({L.table.data(), cfg.context});
       }
     }
@@ -251,8 +278,11 @@ struct Bench {
       Layer& L = data[static_cast<size_t>(l)];
       L.kd_storage.reserve(static_cast<size_t>(cfg.agents));
       for (int64_t a = 0; a < cfg.agents; ++a) {
-        L.kd.push_back(at::randn({blocks(), kBlock, s.kv_heads, s.dim}, at::TensorOptions().dtype(scalar(cfg.dtype))) * 0.1);
+        L.kd.push_back(at::randn({blocks(), kBlock, s.kv_heads, s.dim}, at::TensorOptions().dtype(scalar(activations(cfg.dtype)))) * 0.1);
         kernels::PagedStorage st = L.base;
+        st.dtype = activations(cfg.dtype);
+        st.k_scales = st.v_scales = nullptr;
+        st.hadamard = false;
         st.k = L.kd.back().data_ptr();
         st.v = nullptr;
         st.positions = nullptr;
@@ -293,7 +323,7 @@ struct Bench {
       kernels::AgentAttention ag;
       ag.num_queries = cfg.queries();
       ag.q = q[a].data_ptr();
-      ag.q_dtype = cfg.dtype;
+      ag.q_dtype = activations(cfg.dtype);
       ag.q_row_stride = s.heads * s.dim;
       ag.q_head_stride = s.dim;
       ag.q_positions = q_positions[a].data_ptr<int64_t>();
@@ -302,7 +332,7 @@ struct Bench {
       if (k_lora) ag.k = stream;
       if (k_delta) ag.k_delta = {&L.kd_storage[static_cast<size_t>(a)], &L.lane};
       ag.out = out[a].data_ptr();
-      ag.out_dtype = cfg.dtype;
+      ag.out_dtype = activations(cfg.dtype);
       ag.out_row_stride = s.heads * s.dim;
       ag.out_head_stride = s.dim;
       c.agents.push_back(ag);
@@ -362,7 +392,8 @@ std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_s
   Bench bn;
   bn.cfg = cfg;
   bn.build(footprint);
-  bn.build_full_caches();
+  const bool int8 = cfg.dtype == ElementType::kInt8;  // SDPA takes no int8 rows: fused variants only
+  if (!int8) bn.build_full_caches();
   bn.build_key_deltas();
   const int64_t n = cfg.agents;
   std::vector<Variant> vs;
@@ -381,6 +412,8 @@ std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_s
   };
   if (n == 1) {  // (d): no adapter, the kernel against SDPA on the same rows
     fused("fused_base", false, false, false, Mass::kNone, false, bn.layers);
+  }
+  if (n == 1 && !int8) {
     vs.push_back({"sdpa_base", bn.layers, [&bn](int64_t l) { (void)bn.sdpa(0, bn.dense(bn.data[l].k), bn.dense(bn.data[l].v)); },
                   double(bn.layer_bytes()), flops_of(cfg, 1, false, false)});
   }
@@ -403,14 +436,35 @@ std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_s
                   },
                   0, flops_of(cfg, n, true, false)});
   }
-  vs.push_back({"sdpa_rebuild", bn.layers, [&bn, n](int64_t l) {
-                  for (int64_t a = 0; a < n; ++a) (void)bn.sdpa(a, bn.rebuilt_k(l, a), bn.rebuilt_v(l, a));
-                },
-                double(bn.layer_bytes()), flops_of(cfg, n, false, false)});
-  vs.push_back({"sdpa_full", bn.sdpa_layers, [&bn, n](int64_t l) {
-                  for (int64_t a = 0; a < n; ++a) (void)bn.sdpa(a, bn.full_k[l][a], bn.full_v[l][a]);
-                },
-                double(n * bn.layer_bytes()), flops_of(cfg, n, false, false)});
+  if (!int8) {
+    vs.push_back({"sdpa_rebuild", bn.layers, [&bn, n](int64_t l) {
+                    for (int64_t a = 0; a < n; ++a) (void)bn.sdpa(a, bn.rebuilt_k(l, a), bn.rebuilt_v(l, a));
+                  },
+                  double(bn.layer_bytes()), flops_of(cfg, n, false, false)});
+    vs.push_back({"sdpa_full", bn.sdpa_layers, [&bn, n](int64_t l) {
+                    for (int64_t a = 0; a < n; ++a) (void)bn.sdpa(a, bn.full_k[l][a], bn.full_v[l][a]);
+                  },
+                  double(n * bn.layer_bytes()), flops_of(cfg, n, false, false)});
+  }
+  // The same calls over an int8 copy of the base (fused_int8, fused_base_int8), timed in the
+  // same repetitions as the float32 ones: their ratio is measured side by side.
+  Bench bn8;
+  if (cfg.dtype == ElementType::kFloat32) {
+    bn8.cfg = cfg;
+    bn8.cfg.dtype = ElementType::kInt8;
+    bn8.build(footprint);
+    auto fused8 = [&](const std::string& name, bool adapters) {
+      kernels::LoraAttentionStats* st = &stats.emplace_back();
+      stats_of[name] = st;
+      vs.push_back({name, bn8.layers, [&bn8, st, n, adapters](int64_t l) {
+                      Bench::Call c = bn8.call(l, 0, n, adapters, false, false, Mass::kNone);
+                      Bench::run(c, st);
+                    },
+                    0, flops_of(cfg, n, adapters, false)});
+    };
+    if (n == 1) fused8("fused_base_int8", false);
+    fused8("fused_int8", true);
+  }
   if (!only.empty()) {
     vs.erase(std::remove_if(vs.begin(), vs.end(),
                             [&](const Variant& v) { return std::find(only.begin(), only.end(), v.name) == only.end(); }),
@@ -494,7 +548,9 @@ void plot(const Options& o) {
   std::remove(script.c_str());
 }
 
-const char* dtype_name(ElementType t) { return t == ElementType::kFloat32 ? "f32" : "bf16"; }
+const char* dtype_name(ElementType t) {
+  return t == ElementType::kFloat32 ? "f32" : t == ElementType::kBFloat16 ? "bf16" : "i8";
+}
 
 }  // namespace
 

@@ -18,6 +18,7 @@
 
 #include "lorakv/cache/eviction/eviction_config.h"
 #include "lorakv/cli/bench/bench_eviction_agents.h"
+#include "lorakv/cli/bench/bench_eviction_kv_dtype.h"
 #include "lorakv/cli/bench/bench_eviction_retrieval.h"
 #include "lorakv/cli/bench/bench_eviction_streaming.h"
 #include "lorakv/cli/cli_args.h"
@@ -58,6 +59,14 @@ base-files package (/usr/share/common-licenses: GPL-3, GPL-2, LGPL-2.1, GFDL-1.3
     with pools sized in bytes for that budget. Prints and writes (eviction_streaming.csv)
     every 1,024 tokens the pools' bytes in use and at peak, the host metadata bytes and the
     process's resident memory. About 2 minutes for the model's 8,192 positions.
+  kv_dtype (not in the default): the shared base stored as float32, bfloat16 and int8 (a
+    float32 scale per token and KV head, rows Hadamard-rotated): per dtype, perplexity over
+    --windows windows with the full cache (the three caches run side by side, chunk by chunk:
+    mean KL and top-1 agreement of the logits against float32's) and with --kv-policy at 1/4,
+    and retrieval with both (kv_dtype_<dtype>/eviction_retrieval.csv); then the composed
+    figure: 8 agents (the qv_shared_a role adapters and synthetic ones with their A) on one
+    4,096-token trajectory in base_lr_shared, with int8 and the 1/4 budget, against 8 full
+    float32 caches. Writes eviction_kv_dtype.csv and eviction_composed.csv; about 12 minutes.
 The default (every policy at budgets 1/2, 1/4, 1/8, and the full cache: 19 rows a part)
 takes about 23 minutes on 2 cores: perplexity about 40 s a row, retrieval about 5 s a case
 (30 s a row); --full's retrieval about 3 hours.
@@ -70,7 +79,7 @@ on the machine.
 flags:
   --model FILE      GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
   --text FILE       the text (repeatable; default the four license texts)
-  --parts LIST      comma-separated subset of perplexity,retrieval,agents,streaming
+  --parts LIST      comma-separated subset of perplexity,retrieval,agents,streaming,kv_dtype
                     (default perplexity,retrieval)
   --policies LIST   comma-separated (default every policy: streaming_llm,h2o,snapkv,
                     pyramidkv,adakv,leverage; adakv runs with a token set per KV head)
@@ -92,6 +101,7 @@ flags:
   --stream-tokens N   streaming: tokens appended (default the model's context, 8192)
   --stream-budget N   streaming: tokens kept per lane (default 512)
   --stream-policy P   streaming: the policy (default streaming_llm)
+  --kv-policy P       kv_dtype: the policy at 1/4 beside the full cache (default snapkv)
   --out DIR         where the CSVs and the PNG go (default bench_results/eviction)
   --python FILE     Python with matplotlib for the PNG (default .venv-bench/bin/python
                     when it exists)
@@ -194,8 +204,9 @@ Configs eviction_configs(const CliArgs& a) {
 std::set<std::string> parse_parts(const CliArgs& a) {
   std::set<std::string> parts;
   for (const std::string& p : split(a.get("--parts").value_or("perplexity,retrieval"))) {
-    if (p != "perplexity" && p != "retrieval" && p != "agents" && p != "streaming") {
-      throw ConfigError("unknown part", {"", "--parts", "perplexity, retrieval, agents or streaming, comma-separated", p, ""});
+    if (p != "perplexity" && p != "retrieval" && p != "agents" && p != "streaming" && p != "kv_dtype") {
+      throw ConfigError("unknown part",
+                        {"", "--parts", "perplexity, retrieval, agents, streaming or kv_dtype, comma-separated", p, ""});
     }
     parts.insert(p);
   }
@@ -243,7 +254,7 @@ std::set<std::string> bench_value_flags() {
   std::set<std::string> flags = {"--model", "--text",  "--windows", "--context", "--chunk",
                                  "--policies", "--budgets", "--out", "--parts", "--python",
                                  "--assets", "--agents-context", "--stream-tokens", "--stream-budget",
-                                 "--stream-policy"};
+                                 "--stream-policy", "--kv-policy"};
   flags.insert(retrieval_value_flags().begin(), retrieval_value_flags().end());
   return flags;
 }
@@ -304,6 +315,18 @@ int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) 
       for (const std::string& b : split(*a.get("--budgets"))) agents.budgets.push_back(parse_budget(b));
     }
     run_eviction_agents(agents, out);
+  }
+  if (parts.count("kv_dtype")) {
+    KvDtypeBenchOptions k;
+    k.model_path = model_path;
+    k.assets_dir = a.get("--assets").value_or("assets");
+    k.out_dir = dir;
+    k.windows = plan_windows(static_cast<int64_t>(tokens.size()), context, chunk);
+    if (static_cast<int64_t>(k.windows.size()) > num_windows) k.windows.resize(static_cast<size_t>(num_windows));
+    k.chunk = chunk;
+    k.retrieval = grid;
+    k.policy = a.get("--kv-policy").value_or(k.policy);
+    run_kv_dtype_part(*loaded.model, *loaded.tokenizer, tokens, k, out);
   }
   if (parts.count("streaming")) {
     EvictionStreamingOptions s;

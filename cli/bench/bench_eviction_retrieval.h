@@ -10,12 +10,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "lorakv/cache/cache_types.h"
 #include "lorakv/cache/eviction/eviction_config.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/formats/bpe_tokenizer.h"
@@ -57,6 +59,7 @@ struct RetrievalGrid {
   int64_t cases = 6;               // per (policy, budget)
   int64_t haystack_tokens = 2048;  // filler tokens around the fact
   uint64_t seed = 1;
+  std::optional<cache::StorageDtype> kv_dtype;  // the cache's dtype; unset: the model's (float32)
   double depth_of(int64_t c) const { return depths[static_cast<size_t>(c) % depths.size()]; }
   int64_t windows() const;  // filler windows the cases use
   std::string depths_text() const;  // "0.1;0.5;0.9": one CSV field

@@ -84,8 +84,10 @@ std::vector<RetrievalCase> build_cases(const formats::BpeTokenizer& tokenizer, c
 
 // Pools for one case at a time: its haystack, question and answer, and a chunk and a block
 // more so that a step before eviction always fits. Per-head lanes where the policy needs them.
-runtime::EngineOptions engine_options(const std::vector<RetrievalCase>& cases, int64_t chunk, bool per_head_lanes) {
+runtime::EngineOptions engine_options(const std::vector<RetrievalCase>& cases, int64_t chunk, bool per_head_lanes,
+                                      std::optional<cache::StorageDtype> kv_dtype) {
   runtime::EngineOptions o;
+  o.kv_dtype = kv_dtype;
   int64_t longest = 0;
   for (const RetrievalCase& k : cases) {
     longest = std::max<int64_t>(longest, static_cast<int64_t>(k.haystack.size() + k.question.size() + k.answer.size()));
@@ -171,10 +173,10 @@ struct RowTotals {
 };
 
 RowTotals run_row(const runtime::LlamaModel& model, const std::vector<RetrievalCase>& cases,
-                  const cache::eviction::EvictionConfig& eviction, int64_t chunk) {
+                  const cache::eviction::EvictionConfig& eviction, int64_t chunk, std::optional<cache::StorageDtype> kv_dtype) {
   const log::Stopwatch watch;
   // Fresh pools: the peak is this row's.
-  runtime::Engine engine(model, engine_options(cases, chunk, needs_per_head_lanes(eviction)));
+  runtime::Engine engine(model, engine_options(cases, chunk, needs_per_head_lanes(eviction), kv_dtype));
   RowTotals t;
   for (const RetrievalCase& k : cases) {
     const CaseOutcome o = run_case(engine, k, eviction, chunk, t.kv_bytes_after_step);
@@ -233,7 +235,7 @@ void run_retrieval_part(const runtime::LlamaModel& model, const formats::BpeToke
       out << "retrieval " << policy << " " << budget << ": in the CSV already\n";
       continue;
     }
-    const RowTotals t = run_row(model, cases, config, chunk);
+    const RowTotals t = run_row(model, cases, config, chunk, grid.kv_dtype);
     const double n = static_cast<double>(grid.cases);
     csv << key << "," << t.successes << "," << static_cast<double>(t.successes) / n << "," << t.logprob_sum / n << ","
         << t.kv_bytes_peak << "," << t.kv_bytes_after_step << "," << by_depth_text(t, ";") << "," << t.seconds << "\n";
