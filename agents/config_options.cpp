@@ -15,6 +15,7 @@ RuntimeOptions runtime_options(const config::SessionConfig& c) {
   o.block_size = c.cache.block_size;
   o.kv_dtype = c.cache.kv_dtype;
   o.residual_dtype = c.cache.residual_dtype;
+  o.rerotate = c.cache.rerotate;
   o.prefill_chunk = c.cache.prefill_chunk;
   o.step_token_budget = c.cache.step_token_budget;
   return o;

@@ -64,10 +64,11 @@ std::shared_ptr<Generation> prepare(RuntimeCore& core, SessionState& s, int64_t 
   g->suffix.insert(g->suffix.end(), g->header.begin(), g->header.end());
   const std::vector<int32_t>& trajectory = core.engine->context_tokens(s.context);
   const auto used = static_cast<int64_t>(trajectory.size() + g->suffix.size());
-  const int64_t room = core.engine->max_context_tokens() - used;
+  const int64_t limit = core.engine->context_limit(s.context);
+  const int64_t room = limit - used;
   if (room < 1) {
     throw ContextLengthError("the trajectory and the agent's private tokens fill the model's context",
-                             {"", name, "at most " + std::to_string(core.engine->max_context_tokens()) + " tokens",
+                             {"", name, "at most " + std::to_string(limit) + " tokens",
                               std::to_string(used) + " tokens", "start a new session, or shorten what is appended"});
   }
   g->token_limit = std::min(options.max_tokens, room);

@@ -45,6 +45,7 @@ runtime::EngineOptions engine_options(const RuntimeOptions& o) {
   e.block_size = o.block_size;
   e.prefill_chunk = o.prefill_chunk;
   if (!o.kv_dtype.empty()) e.kv_dtype = runtime::parse_kv_dtype(o.kv_dtype, "kv_dtype");
+  e.rerotate = o.rerotate;
   if (!o.residual_dtype.empty()) e.residual_dtype = runtime::parse_kv_dtype(o.residual_dtype, "residual_dtype");
   return e;
 }

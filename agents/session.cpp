@@ -90,9 +90,9 @@ namespace {
 
 void append_checked(RuntimeCore& core, SessionState& s, int64_t id, const std::vector<int32_t>& tokens) {
   const auto total = static_cast<int64_t>(core.engine->context_tokens(s.context).size() + tokens.size());
-  if (total > core.engine->max_context_tokens()) {
+  if (total > core.engine->context_limit(s.context)) {
     throw ContextLengthError("session " + std::to_string(id) + " would exceed the model's context",
-                             {"", "append", "at most " + std::to_string(core.engine->max_context_tokens()) + " tokens",
+                             {"", "append", "at most " + std::to_string(core.engine->context_limit(s.context)) + " tokens",
                               std::to_string(total) + " tokens", "start a new session, or append less"});
   }
   core.engine->append(s.context, tokens);

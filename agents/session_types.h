@@ -28,6 +28,10 @@ struct RuntimeOptions {
   std::string kv_dtype;
   // Element type of residual rows (C = X A): float32 or bfloat16; empty: the activations' dtype.
   std::string residual_dtype;
+  // Endless streaming (runtime::EngineOptions::rerotate): keys stored before RoPE and rotated
+  // to their index among the rows kept, so a streaming_llm session with a token budget runs
+  // past the model's context. Sessions of such a runtime cannot be saved yet.
+  bool rerotate = false;
   int64_t prefill_chunk = 512;              // most context tokens one agent processes in one step
   // Most tokens one engine step runs over every session. Decoding goes first; appended text
   // is processed in chunks with what is left, so a long append does not stall decoding.

@@ -102,6 +102,7 @@ kernels::PagedStorage base_storage(const PagedKvCache& cache) {
                 "base pool tensors out of step");
   st.v = pool.b().data_ptr();
   st.positions = pool.positions().data_ptr<int32_t>();
+  st.keys_before_rope = cache.manager().config().keys_before_rope;
   if (pool.spec().dtype == StorageDtype::kInt8) {  // scales: float32 [num_blocks, block_size, heads_per_group]
     LORAKV_ASSERT(pool.a_scales().is_contiguous() && pool.b_scales().is_contiguous(), "int8 scales must be contiguous");
     st.k_scales = pool.a_scales().data_ptr<float>();

@@ -72,6 +72,10 @@ struct CacheConfig {
   // (block_pool.h), when head_dim is a power of two: it cut the mean logit KL against a
   // float32 cache from 0.0013 to 0.0003 on SmolLM2 (docs/cache_layout.md).
   bool int8_hadamard = true;
+  // Base keys are stored before RoPE and rotated by the kernel on chip, each to its row's
+  // index in the lane it is read from (kernels::LaneRows::rope_from_row): endless streaming
+  // (runtime/engine.h, EngineOptions::rerotate). false: keys after RoPE at their position.
+  bool keys_before_rope = false;
   int64_t num_base_blocks = 0;
   std::vector<ResidualPoolSpec> residual_pools;  // one per distinct rank
 };

@@ -35,19 +35,26 @@ void StepViews::add_lane(const BlockTable& table, int64_t rows, int64_t max_rope
   lanes_.push_back(lane);
 }
 
-int64_t StepViews::add_base(SeqId seq, int64_t position_limit) {
+int64_t StepViews::add_base(SeqId seq, int64_t position_limit, int64_t rope_first) {
   LORAKV_ASSERT(!finished_, "StepViews: add after finish");
   for (size_t i = 0; i < bases_.size(); ++i) {
-    if (bases_[i].seq == seq && bases_[i].limit == position_limit) return static_cast<int64_t>(i);
+    const BaseRead& b = bases_[i];
+    if (b.seq == seq && b.limit == position_limit && b.rope_first == rope_first) return static_cast<int64_t>(i);
   }
   LORAKV_CHECK(cache_.manager().has_sequence(seq), InvalidArgumentError, "StepViews: unknown sequence " << seq.value());
   const SequenceState& s = cache_.manager().sequence(seq);
-  bases_.push_back({seq, position_limit, lanes_.size()});
+  bases_.push_back({seq, position_limit, rope_first, lanes_.size()});
   for (const BaseLane& lane : s.lanes) {
     const int64_t rows = rows_below(lane, position_limit);
-    add_lane(lane.table, rows, last_position(lane, rows), lane.live.empty() ? nullptr : lane.live.data());
+    add_lane(lane.table, rows, rope_first >= 0 ? rope_first + rows - 1 : last_position(lane, rows),
+             lane.live.empty() ? nullptr : lane.live.data());
+    lanes_.back().rope_from_row = rope_first;
   }
   return static_cast<int64_t>(bases_.size() - 1);
+}
+
+int64_t StepViews::rows_read(int64_t base) const {
+  return lanes_.at(bases_.at(static_cast<size_t>(base)).first_lane).num_rows;
 }
 
 int64_t StepViews::add_residual(int64_t base, const ContentKey& stream) {

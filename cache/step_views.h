@@ -28,7 +28,12 @@ class StepViews {
 
   // A read of `seq`'s base rows with a stored position below `position_limit`; the same
   // (seq, limit) returns the same id. Throws InvalidArgumentError for an unknown sequence.
-  int64_t add_base(SeqId seq, int64_t position_limit = BaseLayerView::kAllPositions);
+  // `rope_first` >= 0 (keys stored before RoPE, CacheConfig::keys_before_rope): row i of each
+  // lane is rotated to rope_first + i (kernels::LaneRows::rope_from_row).
+  int64_t add_base(SeqId seq, int64_t position_limit = BaseLayerView::kAllPositions, int64_t rope_first = -1);
+  // The rows of base read `base`'s first lane (layer 0): where rows read after them start
+  // their RoPE positions.
+  int64_t rows_read(int64_t base) const;
   // A read of a residual stream's C rows for the rows of base read `base`. Throws
   // InvalidArgumentError for a stream the sequence lacks, or one without C rows for some of
   // the base rows (append its rows before attending).
@@ -49,6 +54,7 @@ class StepViews {
   struct BaseRead {
     SeqId seq;
     int64_t limit = 0;
+    int64_t rope_first = -1;
     size_t first_lane = 0;  // lanes_[first_lane + layout lane]
   };
   struct ResidualRead {

@@ -49,6 +49,8 @@ flags:
   --dtype TYPE              float32 (default) or bfloat16 activations and compute
   --kv-dtype TYPE           float32, bfloat16 or int8 (a float32 scale per token and KV head)
                             for the K/V cache; default: the --dtype
+  --rerotate                keys stored before RoPE, rotated to their index among the rows
+                            kept (endless streaming; with --policy streaming_llm or none)
   --weights FORM            native (default: a GGUF file's 4/8-bit blocks stay quantised and
                             are read directly, about 6x fewer bytes per token than float32),
                             bfloat16, or float32 (exact against the dequantised model)
@@ -117,6 +119,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   gen_options.memory = &memory;
   gen_options.eviction = options.eviction;
   gen_options.kv_dtype = options.kv_dtype;
+  gen_options.rerotate = options.rerotate;
   std::vector<runtime::GenerationOutput> results = runtime::generate(
       *loaded.model, &tok, requests,
       [&](const runtime::StreamEvent& e) {

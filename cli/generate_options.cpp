@@ -134,7 +134,7 @@ const std::set<std::string>& generate_value_flags() {
 
 const std::set<std::string>& generate_bool_flags() {
   static const std::set<std::string> flags = [] {
-    std::set<std::string> f = {"--chat", "--logprobs", "--memory", "--help"};
+    std::set<std::string> f = {"--chat", "--logprobs", "--memory", "--help", "--rerotate"};
     f.insert(eviction_bool_flags().begin(), eviction_bool_flags().end());
     return f;
   }();
@@ -176,6 +176,7 @@ GenerateOptions parse_generate_options(const CliArgs& a) {
   o.request.logprobs = a.has("--logprobs");
   o.eviction = parse_eviction_flags(a);
   o.print_memory = a.has("--memory");
+  o.rerotate = a.has("--rerotate");
   return o;
 }
 

@@ -33,6 +33,7 @@ struct GenerateOptions {
   cache::eviction::EvictionConfig eviction;    // --policy, --budget, --sinks, --window (cli/eviction_flags.h)
   at::ScalarType dtype = at::kFloat;
   std::optional<cache::StorageDtype> kv_dtype;  // --kv-dtype; unset: the activations' dtype
+  bool rerotate = false;                        // --rerotate
   runtime::WeightForm weights = runtime::WeightForm::kNative;  // --weights
   bool chat = false;
   bool print_memory = false;  // --memory

@@ -58,6 +58,8 @@ const char* kMoreFlags = R"(  --per-head                each KV head keeps its o
   --dtype TYPE              float32 (default) or bfloat16 activations and compute
   --kv-dtype TYPE           float32, bfloat16 or int8 (a float32 scale per token and KV head)
                             for the K/V cache; default: the --dtype
+  --rerotate                keys stored before RoPE, rotated to their index among the rows
+                            kept (endless streaming; with --policy streaming_llm or none)
   --weights FORM            native (default), bfloat16 or float32 (see 'lorakv generate --help')
   --log-level LEVEL         trace, debug, info, warn, error or off (default info)
   --help                    this text
@@ -110,7 +112,7 @@ void print_summary(const PerplexityOptions& o, size_t text_tokens, const Perplex
                 static_cast<long long>(o.context), static_cast<long long>(o.chunk));
   out << line << "eviction:    " << describe_eviction(o.eviction)
       << (o.eviction.enabled() && o.per_head_token_sets ? ", per KV head" : "") << "\n";
-  out << "kv dtype:    " << kv_dtype_text(o) << "\n";
+  out << "kv dtype:    " << kv_dtype_text(o) << (o.rerotate ? ", keys rerotated to their index among the rows kept" : "") << "\n";
   std::snprintf(line, sizeof line, "perplexity:  %.4f (mean NLL %.5f nats/token)\n", t.ppl(), t.nll_mean());
   out << line;
   std::snprintf(line, sizeof line,
@@ -139,7 +141,7 @@ formats::JsonValue json_number(double x) {
 
 std::string summary_json(const PerplexityOptions& o, size_t text_tokens, const PerplexityTotals& t) {
   JsonLine j;
-  j.add("kv_dtype", kv_dtype_text(o));
+  j.add("kv_dtype", kv_dtype_text(o)).add("rerotate", o.rerotate);
   j.add("ppl", json_number(t.ppl())).add("nll_mean", json_number(t.nll_mean()));
   j.add("tokens", t.tokens_scored).add("text_tokens", static_cast<int64_t>(text_tokens)).add("windows", t.windows);
   j.add("context", o.context).add("chunk", o.chunk).add("policy", o.eviction.policy);
@@ -219,6 +221,7 @@ int run_perplexity(const std::vector<std::string>& args, std::ostream& out, std:
   settings.eviction = o.eviction;
   settings.per_head_token_sets = o.per_head_token_sets;
   settings.kv_dtype = o.kv_dtype;
+  settings.rerotate = o.rerotate;
   const formats::BpeTokenizer& tok = *loaded.tokenizer;
   if (tok.add_bos() && tok.bos_id() >= 0) settings.bos = tok.bos_id();
   const auto windows = static_cast<int64_t>(settings.windows.size());

@@ -30,6 +30,7 @@ runtime::EngineOptions engine_options(const PerplexitySettings& s) {
   o.prefill_chunk = std::min(s.chunk, longest);
   o.per_head_token_sets = s.per_head_token_sets;
   o.kv_dtype = s.kv_dtype;
+  o.rerotate = s.rerotate;
   return o;
 }
 

@@ -25,6 +25,7 @@ struct PerplexitySettings {
   std::optional<int32_t> bos;  // when set, replaces each window's first token (never scored)
   bool per_head_token_sets = false;  // one token set per KV head (EngineOptions), not one per layer
   std::optional<cache::StorageDtype> kv_dtype;  // EngineOptions::kv_dtype
+  bool rerotate = false;                        // EngineOptions::rerotate
 };
 
 // What one lane (a layer, or one KV head of it with per-head token sets) of a window's

@@ -82,7 +82,7 @@ const std::set<std::string>& perplexity_value_flags() {
 
 const std::set<std::string>& perplexity_bool_flags() {
   static const std::set<std::string> flags = [] {
-    std::set<std::string> f = {"--json", "--per-head", "--help"};
+    std::set<std::string> f = {"--json", "--per-head", "--help", "--rerotate"};
     f.insert(eviction_bool_flags().begin(), eviction_bool_flags().end());
     return f;
   }();
@@ -104,6 +104,7 @@ PerplexityOptions parse_perplexity_options(const CliArgs& a) {
   o.threads = a.get_int("--threads", 0, 1, 4096);
   o.json = a.has("--json");
   o.per_head_token_sets = a.has("--per-head");
+  o.rerotate = a.has("--rerotate");
   if (auto dump = a.get("--dump-kept")) {
     o.dump_kept_path = *dump;
     require_writable_folder(o.dump_kept_path);

@@ -32,6 +32,7 @@ struct PerplexityOptions {
   std::string dump_kept_path;        // --dump-kept: where the kept rows per lane go ("" = nowhere)
   at::ScalarType dtype = at::kFloat;
   std::optional<cache::StorageDtype> kv_dtype;  // --kv-dtype; unset: the activations' dtype
+  bool rerotate = false;                        // --rerotate (EngineOptions::rerotate)
   runtime::WeightForm weights = runtime::WeightForm::kNative;
   std::optional<log::Level> log_level;
 };

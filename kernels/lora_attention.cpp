@@ -59,6 +59,9 @@ struct Checker {
                          what << ": rows are rotated on chip but the lane gives no max_rope_position");
     LORA_ATTENTION_CHECK(lane.max_rope_position < p.rope_rows, what << ": a row's RoPE position " << lane.max_rope_position
                                                                     << " is outside the table's " << p.rope_rows << " rows");
+    LORA_ATTENTION_CHECK(lane.rope_from_row < 0 || lane.max_rope_position >= lane.rope_from_row + lane.num_rows - 1,
+                         what << ": rows are rotated to rope_from_row + row index, up to "
+                              << lane.rope_from_row + lane.num_rows - 1 << ", above max_rope_position " << lane.max_rope_position);
   }
 
   void storage(const PagedStorage* st, bool base, int64_t row_width, const std::string& what) const {

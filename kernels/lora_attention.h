@@ -96,6 +96,11 @@ struct LaneRows {
   // masked like a future token: it gets no score, no probability and no mass. Null: every
   // row is visible.
   const uint8_t* live = nullptr;
+  // >= 0: row i of the lane is rotated to position rope_from_row + i, its index among the
+  // lane's rows (endless streaming: keys stored before RoPE take compact positions that stay
+  // below the model's context however far the stored positions go; runtime/engine.h,
+  // EngineOptions::rerotate). -1: the storage's rope_positions, else the stored position.
+  int64_t rope_from_row = -1;
 };
 
 // The rows of every KV head of one layer: lanes[l] holds KV heads

@@ -3,6 +3,7 @@
 #include "lorakv/runtime/engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <initializer_list>
 #include <set>
 #include <string>
@@ -75,6 +76,7 @@ cache::CacheConfig cache_config(const ModelConfig& c, const EngineOptions& o, at
   config.layout.block_size = o.block_size;
   config.layout.heads_per_group = o.per_head_token_sets ? 1 : c.num_kv_heads;
   config.base_dtype = base_dtype(o, dtype);
+  config.keys_before_rope = o.rerotate;
   config.residual_dtype = residual_dtype(o, dtype);
   config.num_base_blocks = pool_blocks(config.layout, o.base_rows, config.layout.heads_per_group,
                                        head_row_bytes(config.base_dtype, c.head_dim),
@@ -239,6 +241,11 @@ Engine::Engine(const LlamaModel& model, EngineOptions options)
   if (options.base_rows <= 0 || options.residual_rows <= 0 || options.block_size <= 0 || options.prefill_chunk <= 0) {
     throw ConfigError("engine pool sizes, block size and prefill chunk must be positive");
   }
+  if (options.rerotate && options.per_head_token_sets) {
+    throw ConfigError("rerotate takes one token set per layer",
+                      {"", "rerotate", "per_head_token_sets false", "per_head_token_sets true",
+                       "rows are rotated by their index in the lane, which per-head sets make differ between heads"});
+  }
   const cache::CacheConfig config = cache_config(c, options, model.dtype());
   residual_pool_blocks(config.layout, options.residual_rows);  // refused here, not at the first adapter
   cache_ = std::make_unique<cache::PagedKvCache>(config);
@@ -252,6 +259,11 @@ ContextId Engine::create_context(ContextOptions options,
   ContextState c;
   c.options = options;
   c.policy = cache::eviction::make_policy(options.eviction);  // ConfigError naming the key
+  if (options_.rerotate && options.eviction.enabled() && options.eviction.policy != "streaming_llm") {
+    throw ConfigError("rerotate keeps streaming_llm contexts only",
+                      {"", "eviction.policy", "streaming_llm (or none)", options.eviction.policy,
+                       "a scoring policy keeps scattered rows, whose indices would jump as rows go"});
+  }
   check_eviction_fits(options.eviction, cache_->layout());
   state_->contexts.emplace(id.value(), std::move(c));
   ++state_->next_context;
@@ -541,5 +553,12 @@ ContextFootprint Engine::context_footprint(ContextId context) const {
 }
 
 int64_t Engine::max_context_tokens() const { return model_.config().context_length; }
+
+int64_t Engine::context_limit(ContextId context) const {
+  const cache::eviction::EvictionConfig& e = state_->context(context).options.eviction;
+  const bool endless = options_.rerotate && e.policy == "streaming_llm" && e.budget_tokens > 0 &&
+                       e.budget_tokens + options_.prefill_chunk + 2 * options_.block_size <= max_context_tokens();  // row indices stay below it
+  return endless ? std::numeric_limits<int64_t>::max() / 4 : max_context_tokens();
+}
 
 }  // namespace lorakv::runtime

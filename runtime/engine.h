@@ -78,6 +78,15 @@ struct EngineOptions {
   std::optional<cache::StorageDtype> kv_dtype;
   // Element type of residual rows (C = X A): float32 or bfloat16; unset: the model's dtype.
   std::optional<cache::StorageDtype> residual_dtype;
+  // Endless streaming: base keys are stored before RoPE and the kernel rotates each to its
+  // row's index in the rows a reader reads (and a token's queries to the index its row
+  // takes), always from the stored key, never rotation on rotation. A streaming_llm context
+  // then runs past the model's context: RoPE positions stay below the rows kept while the
+  // causal mask keeps the true positions. Contexts with another policy are refused (their
+  // rows are not a prefix-and-window whose indices stay meaningful); contexts without one see
+  // index = position, as without it. Costs a rotation per key tile per step. One token set
+  // per layer only.
+  bool rerotate = false;
 };
 
 // "float32" (or f32), "bfloat16" (bf16), "int8"; ConfigError naming `key` otherwise.
@@ -322,6 +331,10 @@ class Engine {
   std::vector<std::vector<int32_t>> kept_positions(ContextId context, int32_t reader = 0) const;
   // Most positions one context may reach: the model's context length.
   int64_t max_context_tokens() const;
+  // The most tokens `context`'s trajectory may hold: the model's context, or unbounded for a
+  // streaming_llm context with a token budget below it on a rerotating engine (its RoPE
+  // positions stay below the rows kept; EngineOptions::rerotate).
+  int64_t context_limit(ContextId context) const;
   const cache::PagedKvCache& cache() const { return *cache_; }
 
   struct State;  // contexts and readers (engine_state.h)

@@ -190,6 +190,10 @@ void import_sequence(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& 
 }  // namespace
 
 ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>& readers) const {
+  if (options_.rerotate) {
+    throw ConfigError("a rerotating engine cannot save a context yet",
+                      {"", "rerotate", "false", "true", "its keys are stored before RoPE, which no session file records"});
+  }
   const ContextState& c = state_->context(context);
   // With a policy, rows may be evicted or packed: each lane goes with its rows as they are.
   const auto export_rows = [&](SeqId seq) {

@@ -228,7 +228,7 @@ at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
   if (batch.empty()) throw ConfigError("forward called with no sequences");
 
   // Pack token ids and positions of all sequences: row offsets[i] .. offsets[i+1].
-  std::vector<int64_t> ids, positions, offsets = {0};
+  std::vector<int64_t> ids, positions, rope_positions, offsets = {0};
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceInput& s = batch[i];
     if (s.tokens.empty()) throw ConfigError("a sequence in the batch has no new tokens", {"", "seq " + std::to_string(s.seq.value())});
@@ -240,13 +240,15 @@ at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
       }
       ids.push_back(id);
       positions.push_back(start + static_cast<int64_t>(t));
+      rope_positions.push_back((s.rope_first_position >= 0 ? s.rope_first_position : start) + static_cast<int64_t>(t));
     }
     offsets.push_back(static_cast<int64_t>(ids.size()));
   }
   const int64_t total = static_cast<int64_t>(ids.size());
   at::Tensor id_tensor = at::tensor(ids, at::kLong);  // [T]
   StepPlan plan{offsets, at::tensor(positions, at::kLong), plan_adapters(batch, offsets), {}, {}};
-  std::tie(plan.rope_cos, plan.rope_sin) = kernels::rope_cos_sin(plan.positions, inv_freq_);  // [T, D] each
+  // RoPE by each row's rope position (its position unless the sequence gives another).
+  std::tie(plan.rope_cos, plan.rope_sin) = kernels::rope_cos_sin(at::tensor(rope_positions, at::kLong), inv_freq_);  // [T, D] each
 
   const LinearWeight& embed = weights_.embed_tokens;
   at::Tensor hidden = embed.quant.defined() ? embed.quant.dequantize_rows(id_tensor).to(dtype())
@@ -261,6 +263,7 @@ at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
     in.q = qkv.narrow(1, 0, q_dim).view({total, c.num_heads, c.head_dim});
     in.k = qkv.narrow(1, q_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
     in.v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
+    if (backend.keys_before_rope()) in.k_before_rope = in.k.clone();
     kernels::apply_rope_(in.q, plan.rope_cos, plan.rope_sin);  // in place, in the qkv buffer
     kernels::apply_rope_(in.k, plan.rope_cos, plan.rope_sin);
     in.out = at::empty({total, c.num_heads, c.head_dim}, in.q.options());

@@ -39,6 +39,10 @@ struct SequenceInput {
   // Position of tokens[0] with an AttentionBackend (the KvCache overload continues from the
   // cache's rows instead).
   int64_t first_position = 0;
+  // RoPE position of tokens[0] when it differs from first_position (AttentionBackend only):
+  // endless streaming rotates by a token's index among the rows kept, while the causal mask
+  // keeps its position. -1: first_position.
+  int64_t rope_first_position = -1;
   // Logits for every new token of this sequence, not only its last (ForwardOptions::all_logits
   // asks it of every sequence). The LM head runs on the rows asked for, nobody else's.
   bool all_logits = false;
@@ -74,6 +78,7 @@ struct LayerAttentionInput {
   at::Tensor x;    // [T, hidden]: the normed attention input (residual shrinks C = X A read it)
   at::Tensor q;    // [T, num_heads, head_dim], RoPE applied
   at::Tensor k;    // [T, num_kv_heads, head_dim], RoPE applied; base rows unless kv_lora_in_rows
+  at::Tensor k_before_rope;  // the same before RoPE, when the backend asks (keys_before_rope())
   at::Tensor v;    // [T, num_kv_heads, head_dim]
   at::Tensor out;  // [T, num_heads, head_dim] to fill, q's dtype
 };
@@ -86,6 +91,8 @@ class AttentionBackend {
   virtual ~AttentionBackend() = default;
   // Stores the step's rows of `in.layer` and writes the attention output of every row.
   virtual void attend(const LayerAttentionInput& in, const StepPlan& plan) = 0;
+  // True: the backend stores keys before RoPE, so each layer's input carries them too.
+  virtual bool keys_before_rope() const { return false; }
 };
 
 class LlamaModel {

@@ -74,7 +74,9 @@ class PagedAttention final : public AttentionBackend {
       const size_t i = order_[pos];
       const Item& it = items_[i];
       ItemReads& r = reads_[i];
-      r.base = views_.add_base(it.read_seq, it.read_limit);
+      // Keys before RoPE: shared rows from index 0, private rows after the shared ones read.
+      const bool by_row = cache_.manager().config().keys_before_rope;
+      r.base = views_.add_base(it.read_seq, it.read_limit, by_row ? 0 : -1);
       if (pos == 0 || base_of(i) != base_of(order_[pos - 1])) {
         kernels::SharedBase b;
         b.first_agent = static_cast<int64_t>(pos);
@@ -84,7 +86,9 @@ class PagedAttention final : public AttentionBackend {
       ++bases_.back().num_agents;
       base_of_agent_.push_back(bases_.size() - 1);
       for (const ReaderStream* s : it.reads) r.streams.emplace_back(s, views_.add_residual(r.base, s->key));
-      if (it.private_seq.valid()) r.private_rows = views_.add_base(it.private_seq);
+      if (it.private_seq.valid()) {
+        r.private_rows = views_.add_base(it.private_seq, cache::BaseLayerView::kAllPositions, by_row ? views_.rows_read(r.base) : -1);
+      }
     }
     for (const Item& it : items_) writes_.push_back(it.slots ? cache_.plan_writes(*it.slots) : cache::WritePlan{});
     views_.finish();
@@ -282,13 +286,16 @@ class PagedAttention final : public AttentionBackend {
     }
   }
 
+  bool keys_before_rope() const override { return cache_.manager().config().keys_before_rope; }
+
   void write_rows(const LayerAttentionInput& in, const StepPlan& plan) {
+    const at::Tensor& k = keys_before_rope() ? in.k_before_rope : in.k;
     for (size_t i = 0; i < items_.size(); ++i) {
       const Item& it = items_[i];
       const int64_t row0 = plan.offsets[i];
       if (it.base_from < it.end) {
         const int64_t off = row0 + it.base_from - it.start, n = it.end - it.base_from;
-        cache_.write_base(writes_[i], in.layer, in.k.narrow(0, off, n), in.v.narrow(0, off, n));
+        cache_.write_base(writes_[i], in.layer, k.narrow(0, off, n), in.v.narrow(0, off, n));
       }
       for (size_t f = 0; f < it.fills.size(); ++f) {
         const at::Tensor& a = it.fills[f].stream->a[static_cast<size_t>(in.layer)];  // [rank, hidden]
@@ -345,6 +352,7 @@ class PagedAttention final : public AttentionBackend {
       bases_[b].mass_head_stride = base_mass_stride_[b];
       bases_[b].mass_agent_stride = params_.mass == kernels::AttentionMass::kPerAgent ? c_.num_kv_heads * base_mass_stride_[b] : 0;
     }
+    needs_rope = needs_rope || keys_before_rope();
     params_.rope_cos = needs_rope ? cos_.data_ptr<float>() : nullptr;
     params_.rope_sin = needs_rope ? sin_.data_ptr<float>() : nullptr;
     params_.rope_rows = needs_rope ? cos_.size(0) : 0;
@@ -386,13 +394,25 @@ class PagedAttention final : public AttentionBackend {
 
 }  // namespace
 
+// Rows of `seq`'s first lane (layer 0) with a stored position below `limit`; 0 for no sequence.
+static int64_t rows_below(const cache::PagedKvCache& cache, SeqId seq, int64_t limit) {
+  if (!seq.valid() || !cache.manager().has_sequence(seq)) return 0;
+  const std::vector<int32_t>& p = cache.manager().sequence(seq).lanes.front().positions;
+  return std::lower_bound(p.begin(), p.end(), limit) - p.begin();
+}
+
 void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
                StepResult& result, std::vector<StepMass>& mass) {
   int64_t max_end = 0;
   std::vector<SequenceInput> batch;
+  const bool by_row = cache.manager().config().keys_before_rope;
   for (const Item& it : items) {
-    max_end = std::max(max_end, it.end);
     SequenceInput in;
+    if (by_row) {  // RoPE by the index the item's first row takes among the rows it reads
+      in.rope_first_position = rows_below(cache, it.read_seq, it.private_seq.valid() ? it.read_limit : it.start);
+      if (it.private_seq.valid()) in.rope_first_position += rows_below(cache, it.private_seq, it.start);
+    }
+    max_end = std::max(max_end, by_row ? in.rope_first_position + it.end - it.start : it.end);
     in.seq = it.write_seq;
     in.tokens = it.tokens;
     in.adapter = it.adapter;

@@ -55,6 +55,7 @@ struct CacheSection {
   int64_t pool_bytes = int64_t{512} << 20;  // RuntimeOptions::kv_pool_bytes
   std::string kv_dtype;        // RuntimeOptions::kv_dtype; empty: the model's dtype
   std::string residual_dtype;  // RuntimeOptions::residual_dtype; empty: the model's dtype
+  bool rerotate = false;       // RuntimeOptions::rerotate
   double residual_rows_per_base_row = 2.0;
   int64_t prefill_chunk = 512;
   int64_t step_token_budget = 512;  // 0: no limit

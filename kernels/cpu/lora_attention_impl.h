@@ -137,7 +137,9 @@ struct FusedAttention {
       const int32_t stored = st.positions[slot];
       // An evicted row takes a position no query reaches, so the causal mask hides it.
       t.pos[j] = it.lane.live && !it.lane.live[i] ? kHiddenPosition : stored;
-      t.rope[j] = st.rope_positions ? st.rope_positions[slot] : stored;
+      t.rope[j] = it.lane.rope_from_row >= 0 ? static_cast<int32_t>(it.lane.rope_from_row + i)
+                  : st.rope_positions        ? st.rope_positions[slot]
+                                             : stored;
       lo = j == 0 || t.pos[j] < lo ? t.pos[j] : lo;
       hi = j == 0 || t.pos[j] > hi ? t.pos[j] : hi;
       if (f32) {

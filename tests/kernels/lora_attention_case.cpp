@@ -63,7 +63,7 @@ std::string CaseSpec::describe() const {
      << k::element_type_name(out_dtype) << ", block " << block_size << ", context " << context << ", bases "
      << num_bases << ", heads/lane " << heads_per_lane << (per_head_residual ? ", per-head C" : "")
      << (evicted ? ", evicted" : "") << (shuffled ? ", shuffled" : "") << (keys_before_rope ? ", pre-RoPE keys" : "")
-     << (compact_rope ? ", compact RoPE" : "") << (hadamard ? ", Hadamard" : "") << (random_query_positions ? ", random query positions" : "")
+     << (compact_rope ? ", compact RoPE" : "") << (rope_from_row ? " by row" : "") << (hadamard ? ", Hadamard" : "") << (random_query_positions ? ", random query positions" : "")
      << ", window " << window << ", mass " << static_cast<int>(mass) << ", agents [";
   for (const AgentSpec& a : agents) {
     os << " {q " << a.num_queries << " v" << a.v_rank << " k" << a.k_rank << (a.k_as_delta ? "(delta)" : "") << " priv " << a.private_rows << " base "
@@ -151,7 +151,7 @@ LoraAttentionCase::Pool& LoraAttentionCase::new_pool(bool base, int64_t blocks, 
     p.view.positions = p.positions.data_ptr<int32_t>();
     p.view.head_stride = spec_.dim;
     p.view.keys_before_rope = spec_.keys_before_rope;
-    if (spec_.compact_rope) {
+    if (spec_.compact_rope && !spec_.rope_from_row) {
       p.rope_positions = at::full({blocks, block_size}, -1000, at::kInt);
       p.view.rope_positions = p.rope_positions.data_ptr<int32_t>();
     }
@@ -216,6 +216,12 @@ void LoraAttentionCase::write_base(Pool& pool, std::vector<k::LaneRows>& lanes, 
     k::LaneRows& lane = lanes[l];
     // The metadata the kernel checks its RoPE table against (it reads no row to check).
     if (lane.num_rows > 0) lane.max_rope_position = data[l].rope_positions.max().item<int64_t>();
+    if (spec_.rope_from_row && lane.num_rows > 0) {  // compact positions are the row index plus the first one
+      const int64_t first = data[l].rope_positions[0].item<int64_t>();
+      TORCH_CHECK(at::equal(data[l].rope_positions, at::arange(first, first + lane.num_rows, at::kLong)),
+                  "rope_from_row needs rows in order (not shuffled) with compact positions");
+      lane.rope_from_row = first;
+    }
     std::vector<int64_t> slots;
     for (int64_t i = 0; i < lane.num_rows; ++i) slots.push_back(lane.blocks[i / bs] * bs + i % bs);
     const at::Tensor s = at::tensor(slots, at::kLong);

@@ -47,6 +47,7 @@ struct CaseSpec {
   bool shuffled = false;            // rows out of position order
   bool keys_before_rope = false;
   bool compact_rope = false;        // keys rotated to compacted positions, not the stored ones
+  bool rope_from_row = false;       // with compact_rope (not shuffled): given as LaneRows::rope_from_row, not per slot
   bool random_query_positions = false;  // queries anywhere in the agent's context, not at its end
   int64_t window = 0;
   kernels::AttentionMass mass = kernels::AttentionMass::kNone;

@@ -167,6 +167,22 @@ AgentSpec delta_agent(int64_t queries, int64_t v_rank, int64_t k_rank, int64_t p
   return a;
 }
 
+// Compact positions given per lane as its row index plus a first position (endless streaming),
+// not per slot: shared rows from 5, each agent's private rows from after them.
+TEST(LoraAttention, KeysRotatedToTheirRowIndexInTheLane) {
+  CaseSpec s;
+  s.seed = 135;
+  s.context = 120;
+  s.keys_before_rope = s.compact_rope = s.rope_from_row = s.evicted = true;
+  s.agents = {agent(3, 8, 8, 6), agent(1, 0, 0, 4), agent(2, 8, 0)};
+  expect_matches_on_every_path(s);
+  s.seed = 136;  // int8 rows stored Hadamard-rotated, per-head lanes
+  s.storage = ElementType::kInt8;
+  s.hadamard = true;
+  s.heads_per_lane = 1;
+  expect_matches_on_every_path(s);
+}
+
 TEST(LoraAttention, StoredFullWidthKeyDeltas) {
   // The alternative to expanding C_k B_k per tile: each agent's deltas stored at full width,
   // added to the base keys (after RoPE), or added and then rotated (keys before RoPE), beside

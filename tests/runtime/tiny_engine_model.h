@@ -24,7 +24,8 @@ struct TinyEngineModel {
   std::unique_ptr<runtime::LlamaModel> model;
 };
 
-inline TinyEngineModel make_tiny_engine_model() {
+// `context_length`: the model's maximum context (endless-streaming tests use a small one).
+inline TinyEngineModel make_tiny_engine_model(int64_t context_length = 4096) {
   constexpr int64_t kHidden = 64, kFfn = 96, kVocab = 48, kHeadDim = 32;
   GgufBuilder b;
   b.add_string("general.architecture", "llama");
@@ -33,7 +34,7 @@ inline TinyEngineModel make_tiny_engine_model() {
   b.add_u32("llama.feed_forward_length", kFfn);
   b.add_u32("llama.attention.head_count", 2);
   b.add_u32("llama.attention.head_count_kv", 1);
-  b.add_u32("llama.context_length", 4096);
+  b.add_u32("llama.context_length", static_cast<uint32_t>(context_length));
   b.add_f32("llama.rope.freq_base", 10000.0f);
   b.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   std::mt19937 rng(1234);
@@ -57,7 +58,7 @@ inline TinyEngineModel make_tiny_engine_model() {
     b.add_f32_tensor(p + "ffn_up.weight", {kHidden, kFfn}, values(kHidden * kFfn, 0.2f));
     b.add_f32_tensor(p + "ffn_down.weight", {kFfn, kHidden}, values(kFfn * kHidden, 0.2f));
   }
-  const std::string path = temp_path("tiny_engine_model.gguf");
+  const std::string path = temp_path("tiny_engine_model_ctx" + std::to_string(context_length) + ".gguf");
   b.write(path);
   TinyEngineModel m;
   m.file = formats::GgufFile::open(path);
