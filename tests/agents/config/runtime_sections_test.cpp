@@ -130,6 +130,27 @@ TEST_F(CacheSectionTest, ValuesLandInTheStruct) {
   }
 }
 
+TEST_F(CacheSectionTest, StorageKeysLandInTheStruct) {
+  const std::string rest = std::string("agents:\n  planner:\n") + kMinimalWorkflow;
+  const SessionConfig c = load("model: model.gguf\ncache: {kv_dtype: int8, residual_dtype: bfloat16, rerotate: true}\n" + rest);
+  EXPECT_EQ(c.cache.kv_dtype, "int8");
+  EXPECT_EQ(c.cache.residual_dtype, "bfloat16");
+  EXPECT_TRUE(c.cache.rerotate);
+  const SessionConfig d = load("model: model.gguf\n" + rest);
+  EXPECT_EQ(d.cache.kv_dtype, "") << "unset: the model's dtype";
+  EXPECT_FALSE(d.cache.rerotate);
+}
+
+TEST_F(CacheSectionTest, StorageKeyRefusals) {
+  const std::string head = "model: model.gguf\ncache:\n";
+  const std::string rest = std::string("agents:\n  planner:\n") + kMinimalWorkflow;
+  expect_error(head + "  kv_dtype: int4\n" + rest,
+               {"session.yaml:3:13", "[cache.kv_dtype]", "did you mean `int8`?", "float32, bfloat16, int8"});
+  expect_error(head + "  residual_dtype: int8\n" + rest,
+               {"session.yaml:3:19", "[cache.residual_dtype]", "float32, bfloat16"});
+  expect_error(head + "  rerotate: 1\n" + rest, {"session.yaml:3:13", "[cache.rerotate]", "true, false"});
+}
+
 TEST_F(CacheSectionTest, Refusals) {
   const std::string head = "model: model.gguf\ncache:\n";
   const std::string rest = std::string("agents:\n  planner:\n") + kMinimalWorkflow;
