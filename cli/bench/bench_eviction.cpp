@@ -66,7 +66,7 @@ base-files package (/usr/share/common-licenses: GPL-3, GPL-2, LGPL-2.1, GFDL-1.3
     and retrieval with both (kv_dtype_<dtype>/eviction_retrieval.csv); then the composed
     figure: 8 agents (the qv_shared_a role adapters and synthetic ones with their A) on one
     4,096-token trajectory in base_lr_shared, with int8 and the 1/4 budget, against 8 full
-    float32 caches. Writes eviction_kv_dtype.csv and eviction_composed.csv; about 12 minutes.
+    float32 caches. Writes eviction_kv_dtype.csv and eviction_composed.csv; about 5 minutes.
 The default (every policy at budgets 1/2, 1/4, 1/8, and the full cache: 19 rows a part)
 takes about 23 minutes on 2 cores: perplexity about 40 s a row, retrieval about 5 s a case
 (30 s a row); --full's retrieval about 3 hours.
