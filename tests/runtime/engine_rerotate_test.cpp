@@ -110,7 +110,9 @@ Streamed stream(const LlamaModel& model, bool rerotate) {
   o.eviction.budget_tokens = 24;
   o.eviction.sinks = 4;
   const ContextId ctx = e.create_context(o, {nullptr});
-  if (rerotate) EXPECT_GT(e.context_limit(ctx), e.max_context_tokens());
+  if (rerotate) {
+    EXPECT_GT(e.context_limit(ctx), e.max_context_tokens());
+  }
   Streamed s;
   s.trajectory = tokens(192, 7);
   for (size_t i = 0; i < s.trajectory.size(); i += 8) {
