@@ -101,6 +101,14 @@ flags:
   --stream-tokens N   streaming: tokens appended (default the model's context, 8192)
   --stream-budget N   streaming: tokens kept per lane (default 512)
   --stream-policy P   streaming: the policy (default streaming_llm)
+  --stream-rerotate   streaming: keys rerotated (EngineOptions::rerotate): --stream-tokens may
+                      pass the model's context (the text cycles); reader 0 scores every token
+                      (perplexity per report window)
+  --stream-report N   streaming: tokens between report lines (default 1024)
+  --stream-decode N   streaming: after the stream, reader 0 decodes N tokens, timed against a
+                      full cache of the kept tokens (blocks of 64, alternating)
+The soak (not in make test): --parts streaming --stream-rerotate --stream-tokens 200000
+  --stream-report 10000 --stream-decode 2048.
   --kv-policy P       kv_dtype: the policy at 1/4 beside the full cache (default snapkv)
   --out DIR         where the CSVs and the PNG go (default bench_results/eviction)
   --python FILE     Python with matplotlib for the PNG (default .venv-bench/bin/python
@@ -254,13 +262,13 @@ std::set<std::string> bench_value_flags() {
   std::set<std::string> flags = {"--model", "--text",  "--windows", "--context", "--chunk",
                                  "--policies", "--budgets", "--out", "--parts", "--python",
                                  "--assets", "--agents-context", "--stream-tokens", "--stream-budget",
-                                 "--stream-policy", "--kv-policy"};
+                                 "--stream-policy", "--kv-policy", "--stream-report", "--stream-decode"};
   flags.insert(retrieval_value_flags().begin(), retrieval_value_flags().end());
   return flags;
 }
 
 std::set<std::string> bench_bool_flags() {
-  std::set<std::string> flags = {"--help", "--agents-together"};
+  std::set<std::string> flags = {"--help", "--agents-together", "--stream-rerotate"};
   flags.insert(retrieval_bool_flags().begin(), retrieval_bool_flags().end());
   return flags;
 }
@@ -333,6 +341,9 @@ int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) 
     s.total_tokens = a.get_int("--stream-tokens", 0, 0, 1 << 24);
     s.budget = a.get_int("--stream-budget", s.budget, 16, 1 << 20);
     s.policy = a.get("--stream-policy").value_or(s.policy);
+    s.rerotate = a.has("--stream-rerotate");
+    s.report_every = a.get_int("--stream-report", s.report_every, 1, 1 << 24);
+    s.final_decode = a.get_int("--stream-decode", 0, 0, 1 << 20);
     s.chunk = chunk;
     run_eviction_streaming(*loaded.model, tokens, s, dir, out);
   }

@@ -24,6 +24,13 @@ struct EvictionStreamingOptions {
   std::string policy = "streaming_llm";
   int64_t budget = 512;       // tokens per lane
   int64_t report_every = 1024;
+  // Endless streaming (EngineOptions::rerotate): the session may run past the model's context,
+  // the text cycling when it runs out; reader 0 then scores every token it processes
+  // (perplexity per report window), and after the last chunk `final_decode` tokens are
+  // decoded by reader 0, timed against a full cache of the kept length (blocks of 64 tokens,
+  // the two sides alternating).
+  bool rerotate = false;
+  int64_t final_decode = 0;
 };
 
 // The resident set of this process in bytes (Linux /proc/self/status VmRSS; 0 elsewhere).
