@@ -166,7 +166,8 @@ void run_eviction_streaming(const runtime::LlamaModel& model, const std::vector<
     for (int32_t r = 1; r < o.readers; ++r) runtime::prefill(engine, {ctx, r});
     decode_and_drop(engine, ctx, tokens, pos + o.chunk, o);
     const int64_t done = pos + o.chunk;
-    if (done % o.report_every != 0 && done + o.chunk <= total) continue;
+    const bool crossed = done / o.report_every != (done - o.chunk) / o.report_every;  // a report line per report_every tokens
+    if (!crossed && done + o.chunk <= total) continue;
     const runtime::EngineMemory memory = engine.memory();
     const cache::CacheStats& s = memory.cache;
     const int64_t rss = resident_bytes();
