@@ -44,6 +44,7 @@ TEST(GenerateEvictionFlags, ValidFlagsReachTheModelLoad) {
   EXPECT_EQ(outcome({"--policy", "h2o", "--budget", "256"}), "ModelLoadError");
   EXPECT_EQ(outcome({"--policy", "streaming_llm", "--budget", "0.25", "--sinks", "2", "--window", "8"}), "ModelLoadError");
   EXPECT_EQ(outcome({"--policy", "none"}), "ModelLoadError");
+  EXPECT_EQ(outcome({"--policy", "streaming_llm", "--budget", "256", "--kv-dtype", "int8", "--rerotate"}), "ModelLoadError");
 }
 
 TEST(GenerateEvictionFlags, MistakesNameTheirFlagBeforeTheModelLoads) {
@@ -56,7 +57,8 @@ TEST(GenerateEvictionFlags, MistakesNameTheirFlagBeforeTheModelLoads) {
                                    {{"--policy", "h2o"}, "[--budget]"},
                                    {{"--policy", "h2o", "--budget", "0"}, "[--budget]"},
                                    {{"--policy", "h2o", "--budget", "1.5"}, "[--budget]"},
-                                   {{"--policy", "bogus", "--budget", "8"}, "[--policy]"}};
+                                   {{"--policy", "bogus", "--budget", "8"}, "[--policy]"},
+                                   {{"--kv-dtype", "int4"}, "[--kv-dtype]"}};
   for (const Case& c : cases) {
     const std::string o = outcome(c.flags);
     EXPECT_EQ(o.rfind("ConfigError: ", 0), 0u) << c.flags[0] << ": " << o;
@@ -67,7 +69,7 @@ TEST(GenerateEvictionFlags, MistakesNameTheirFlagBeforeTheModelLoads) {
 TEST(GenerateEvictionFlags, HelpListsThem) {
   std::ostringstream out, err;
   ASSERT_EQ(run_cli({"generate", "--help"}, out, err), 0);
-  for (const char* flag : {"--policy", "--budget", "--sinks", "--window"}) {
+  for (const char* flag : {"--policy", "--budget", "--sinks", "--window", "--kv-dtype", "--rerotate"}) {
     EXPECT_NE(out.str().find(flag), std::string::npos) << flag;
   }
 }

@@ -65,6 +65,28 @@ TEST_F(GeneratorEviction, ABudgetHoldsThroughAReplyTenTimesItsSize) {
   }
 }
 
+// lorakv generate --kv-dtype int8 --rerotate --policy streaming_llm: on a model of 64
+// positions a 420-token request runs to its end (6.5x the context) within the budget's
+// int8 rows.
+TEST_F(GeneratorEviction, Int8RowsAndRerotatedKeysGeneratePastTheContext) {
+  const lorakv::testing::TinyEngineModel small = lorakv::testing::make_tiny_engine_model(/*context_length=*/64);
+  EngineMemory memory;
+  GeneratorOptions o = with_policy("streaming_llm", 24, &memory);
+  o.kv_dtype = cache::StorageDtype::kInt8;
+  o.rerotate = true;
+  const std::vector<GenerationOutput> out = generate(*small.model, nullptr, {request()}, nullptr, o);
+  ASSERT_EQ(static_cast<int64_t>(out[0].tokens.size()), kReply);
+  EngineOptions eo;
+  eo.kv_dtype = cache::StorageDtype::kInt8;
+  const int64_t row_bytes = Engine::base_row_bytes(*small.model, eo);
+  EXPECT_LT(row_bytes, Engine::base_row_bytes(*small.model) / 3) << "int8 rows: a quarter of float32's and a scale";
+  const int64_t bound_rows = (24 * 4 / 3 + 2 * GeneratorOptions{}.commit_every + 3 * kBlock);
+  EXPECT_LE(memory.cache.peak_bytes_in_use, row_bytes * bound_rows);
+  // K blocks of 16 rows, each 32 int8 values and a float32 scale (float32 rows would be 128 bytes).
+  EXPECT_GT(memory.cache.base_k_bytes, 0);
+  EXPECT_EQ(memory.cache.base_k_bytes % (16 * (32 + 4)), 0);
+}
+
 TEST_F(GeneratorEviction, ABudgetThatNeverBindsLeavesTheReplyAsItWas) {
   const std::vector<GenerationOutput> plain = generate(model(), nullptr, {request()}, nullptr, {});
   EngineMemory memory;
