@@ -85,6 +85,38 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(d / "eviction.png", dpi=110)
     draw_streaming(d)
+    draw_kv_dtype(d)
+
+
+def draw_kv_dtype(d: Path) -> None:
+    """eviction_kv_dtype.png: the base's dtype (the kv_dtype part), if it ran: mean KL against the
+    float32 cache and perplexity against KV bytes, and the composed figure's ratios."""
+    rows = read_rows(d / "eviction_kv_dtype.csv")
+    composed = read_rows(d / "eviction_composed.csv")
+    if not rows:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for i, r in enumerate(rows):
+        mib = float(r["kv_bytes_peak_after_step"] or 0) / 2**20
+        label = f"{r['kv_dtype']}, {r['policy']}" + ("" if r["policy"] == "none" else f" {float(r['budget']):g}")
+        axes[0].scatter(mib, float(r["ppl"]), s=40)
+        kl = f", KL {float(r['mean_kl_vs_float32']):.5f}" if r["mean_kl_vs_float32"] else ""
+        axes[0].annotate(label + kl, (mib, float(r["ppl"])), fontsize=8, xytext=(4, 4 if i % 4 < 2 else -12),
+                         textcoords="offset points")
+    axes[0].set_xlabel("KV MiB after a step")
+    axes[0].set_ylabel("perplexity")
+    axes[0].set_title("base dtype: perplexity, KL vs float32")
+    axes[0].grid(alpha=0.3)
+    if composed:
+        names = [r["variant"] for r in composed]
+        ratios = [float(r["ratio"]) for r in composed]
+        axes[1].barh(names, ratios, color="C2")
+        for i, x in enumerate(ratios):
+            axes[1].text(x, i, f" {x:.1f}x", va="center", fontsize=9)
+        axes[1].set_xlabel(f"less KV than {composed[0]['agents']} full float32 caches")
+        axes[1].set_title(f"{composed[0]['agents']} agents, {composed[0]['tokens']}-token trajectory")
+    fig.tight_layout()
+    fig.savefig(d / "eviction_kv_dtype.png", dpi=110)
 
 
 def r0_keys(rows: list) -> set:
