@@ -68,11 +68,6 @@ int64_t last_position(const BaseLane& lane, int64_t rows) {
   return rows > 0 ? lane.positions[static_cast<size_t>(rows - 1)] : -1;
 }
 
-// Rows of a base lane with a stored position below `limit` (positions ascend).
-int64_t rows_below(const BaseLane& lane, int64_t limit) {
-  if (limit >= INT32_MAX) return lane.table.num_rows;
-  return std::lower_bound(lane.positions.begin(), lane.positions.end(), limit) - lane.positions.begin();
-}
 
 void point_lanes_at_tables(detail::PagedLanes& out) {
   for (size_t g = 0; g < out.lanes.size(); ++g) out.lanes[g].blocks = out.tables[g].data();
@@ -131,7 +126,7 @@ BaseLayerView BaseLayerView::of(const PagedKvCache& cache, SeqId seq, int64_t la
   const SequenceState& s = cache.manager().sequence(seq);
   for (int64_t g = 0; g < l.num_groups(); ++g) {
     const BaseLane& lane = s.lanes.at(static_cast<size_t>(l.lane(layer, g)));
-    const int64_t rows = rows_below(lane, position_limit);
+    const int64_t rows = lane.rows_below(position_limit);
     kernels::LaneRows rows_view = add_lane(*out, lane.table, rows, last_position(lane, rows));
     rows_view.live = lane.live.empty() ? nullptr : lane.live.data();  // the manager's mask: valid until it changes
     out->lanes.push_back(rows_view);
@@ -157,7 +152,7 @@ ResidualLayerView ResidualLayerView::of(const PagedKvCache& cache, SeqId seq, co
   const SequenceState& s = cache.manager().sequence(seq);
   for (int64_t g = 0; g < l.num_groups(); ++g) {
     const auto lane = static_cast<size_t>(l.lane(layer, g));
-    const int64_t base_rows = rows_below(s.lanes.at(lane), position_limit), rows = r.lanes.at(lane).num_rows;
+    const int64_t base_rows = s.lanes.at(lane).rows_below(position_limit), rows = r.lanes.at(lane).num_rows;
     LORAKV_CHECK(rows >= base_rows, InvalidArgumentError,
                  op << ": the stream holds C rows for " << rows << " of the " << base_rows << " base rows of layer "
                     << layer << ", head group " << g << " (covers positions below " << r.covered

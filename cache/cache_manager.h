@@ -44,6 +44,8 @@
 // append indexes its full blocks at once (the caller writes them before anyone matches).
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -103,6 +105,12 @@ struct BaseLane {
     if (!scores.empty()) scores.resize(static_cast<size_t>(table.num_rows), 0.f);
   }
   bool is_live(int64_t row) const { return live.empty() || live[static_cast<size_t>(row)] != 0; }
+  // Rows with a stored position below `limit` (positions ascend): the prefix a reader that has
+  // processed that far attends over, and the index the row at `limit` takes.
+  int64_t rows_below(int64_t limit) const {
+    if (limit >= INT32_MAX) return table.num_rows;
+    return std::lower_bound(positions.begin(), positions.end(), limit) - positions.begin();
+  }
 };
 
 struct ResidualStream {

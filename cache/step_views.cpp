@@ -10,11 +10,6 @@ namespace lorakv::cache {
 
 namespace {
 
-// Rows of a base lane with a stored position below `limit` (positions ascend).
-int64_t rows_below(const BaseLane& lane, int64_t limit) {
-  if (limit >= INT32_MAX) return lane.table.num_rows;
-  return std::lower_bound(lane.positions.begin(), lane.positions.end(), limit) - lane.positions.begin();
-}
 
 int64_t last_position(const BaseLane& lane, int64_t rows) {
   return rows > 0 ? lane.positions[static_cast<size_t>(rows - 1)] : -1;
@@ -45,7 +40,7 @@ int64_t StepViews::add_base(SeqId seq, int64_t position_limit, int64_t rope_firs
   const SequenceState& s = cache_.manager().sequence(seq);
   bases_.push_back({seq, position_limit, rope_first, lanes_.size()});
   for (const BaseLane& lane : s.lanes) {
-    const int64_t rows = rows_below(lane, position_limit);
+    const int64_t rows = lane.rows_below(position_limit);
     add_lane(lane.table, rows, rope_first >= 0 ? rope_first + rows - 1 : last_position(lane, rows),
              lane.live.empty() ? nullptr : lane.live.data());
     lanes_.back().rope_from_row = rope_first;

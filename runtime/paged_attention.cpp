@@ -397,8 +397,7 @@ class PagedAttention final : public AttentionBackend {
 // Rows of `seq`'s first lane (layer 0) with a stored position below `limit`; 0 for no sequence.
 static int64_t rows_below(const cache::PagedKvCache& cache, SeqId seq, int64_t limit) {
   if (!seq.valid() || !cache.manager().has_sequence(seq)) return 0;
-  const std::vector<int32_t>& p = cache.manager().sequence(seq).lanes.front().positions;
-  return std::lower_bound(p.begin(), p.end(), limit) - p.begin();
+  return cache.manager().sequence(seq).lanes.front().rows_below(limit);
 }
 
 void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
