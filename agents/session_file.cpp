@@ -251,14 +251,20 @@ std::vector<uint8_t> encode_session(const SessionFile& f) {
   Encoder enc;
   JsonObject header;
   // The oldest version that holds the session, so older readers take what they can: 1 when
-  // there is nothing to evict, 2 with eviction, 3 with int8 rows.
+  // there is nothing to evict, 2 with eviction, 3 with int8 rows, 4 with keys before RoPE.
   const bool evicts = f.options.eviction.enabled();
   const auto int8 = [](const std::optional<runtime::SequenceRows>& s) { return s && !s->k_scale.empty(); };
   bool any_int8 = int8(f.rows.shared);
   for (const auto& own : f.rows.own) any_int8 = any_int8 || int8(own);
+  const bool before_rope = f.rows.keys_before_rope;
   put(header, "format", text(kFormat));
-  put(header, "version", number(any_int8 ? kSessionFormatVersion : evicts ? kSessionFormatVersionWithEviction
-                                                                           : kSessionFormatVersionWithoutEviction));
+  put(header, "version", number(before_rope ? kSessionFormatVersion
+                                : any_int8  ? kSessionFormatVersionWithInt8
+                                : evicts    ? kSessionFormatVersionWithEviction
+                                            : kSessionFormatVersionWithoutEviction));
+  // Version 4: keys before RoPE. An older reader refuses the version rather than taking
+  // unrotated keys for rotated ones.
+  if (before_rope) put(header, "keys_before_rope", JsonValue::make_bool(true));
   put(header, "model_sha256", text(f.model_sha256));
   JsonObject options;
   put(options, "mode", text(runtime::sharing_mode_name(f.options.mode)));
@@ -268,7 +274,7 @@ std::vector<uint8_t> encode_session(const SessionFile& f) {
   put(options, "reserve_tokens", number(f.options.reserve_tokens));
   put(options, "reserve_reply_tokens", number(f.options.reserve_reply_tokens));
   put(header, "options", JsonValue::make_object(std::move(options)));
-  if (evicts || any_int8) put(header, "eviction", eviction_json(f.options.eviction));  // versions 2 and 3 have it
+  if (evicts || any_int8 || before_rope) put(header, "eviction", eviction_json(f.options.eviction));  // versions 2 to 4 have it
   std::vector<JsonValue> agents;
   for (const SavedAgent& a : f.agents) {
     JsonObject o;
@@ -342,6 +348,13 @@ SessionFile read_session(const std::string& path) {
                           d.identity(a.at("adapter_sha256"), a.at("adapter_sha256").path())});
     }
     f.rows.options = {*mode, *writer, f.options.eviction};
+    // Version 4: keys before RoPE; required there, unknown before.
+    if (version >= 4) {
+      f.rows.keys_before_rope = h.at("keys_before_rope").as_bool();
+    } else if (h.contains("keys_before_rope")) {
+      d.fail("keys before RoPE in a file of version " + std::to_string(version) + " (they came with version 4)",
+             "keys_before_rope");
+    }
     for (const JsonValue& t : h.at("tokens").as_array()) f.rows.tokens.push_back(static_cast<int32_t>(t.as_int()));
     const int64_t layers = h.at("layers").as_int();
     if (!h.at("shared").is_null()) f.rows.shared = d.sequence("shared", h.at("shared"), layers, with_lanes);

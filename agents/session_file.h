@@ -7,7 +7,8 @@
 // adds the eviction section (agents/session_file_eviction.h): the eviction keys, and per
 // sequence its rows lane by lane with their positions, masks and scores. A session without
 // a policy is written as version 1, which older readers take. Version 3 adds int8 base rows:
-// "<seq>.ks.<i>" and "<seq>.vs.<i>" hold their float32 scales. Every version is read.
+// "<seq>.ks.<i>" and "<seq>.vs.<i>" hold their float32 scales. Version 4 adds base keys
+// stored before RoPE (a rerotating engine): "keys_before_rope": true. Every version is read.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +22,10 @@
 namespace lorakv::agents {
 
 // The newest version read and written. Version 1 has no eviction section (policy none),
-// version 2 adds it, version 3 adds int8 rows with their scales. A file is written in the
-// oldest version that holds it.
-inline constexpr int64_t kSessionFormatVersion = 3;
+// version 2 adds it, version 3 adds int8 rows with their scales, version 4 keys stored
+// before RoPE. A file is written in the oldest version that holds it.
+inline constexpr int64_t kSessionFormatVersion = 4;
+inline constexpr int64_t kSessionFormatVersionWithInt8 = 3;
 inline constexpr int64_t kSessionFormatVersionWithEviction = 2;
 inline constexpr int64_t kSessionFormatVersionWithoutEviction = 1;
 

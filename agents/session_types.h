@@ -30,7 +30,8 @@ struct RuntimeOptions {
   std::string residual_dtype;
   // Endless streaming (runtime::EngineOptions::rerotate): keys stored before RoPE and rotated
   // to their index among the rows kept, so a streaming_llm session with a token budget runs
-  // past the model's context. Sessions of such a runtime cannot be saved yet.
+  // past the model's context. Its sessions save as format version 4 and restore only into a
+  // rerotating runtime.
   bool rerotate = false;
   int64_t prefill_chunk = 512;              // most context tokens one agent processes in one step
   // Most tokens one engine step runs over every session. Decoding goes first; appended text

@@ -221,6 +221,9 @@ struct SequenceRows {
 struct ContextRows {
   ContextOptions options;
   std::vector<int32_t> tokens;
+  // Base keys stored before RoPE (a rerotating engine, EngineOptions::rerotate): only an
+  // engine that stores them alike can take them back.
+  bool keys_before_rope = false;
   std::optional<SequenceRows> shared;            // every mode but full, once processed
   std::vector<std::optional<SequenceRows>> own;  // per exported reader (full), once processed
 };

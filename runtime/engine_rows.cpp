@@ -83,6 +83,16 @@ void check_dtypes(const cache::CacheConfig& config, const std::optional<Sequence
   }
 }
 
+// Keys before RoPE (rerotate) and keys after it are different numbers for the same token:
+// rows go back only into an engine that stores them as they were saved.
+void check_key_frame(bool engine_rerotates, bool saved_before_rope) {
+  if (engine_rerotates == saved_before_rope) return;
+  const char* saved = saved_before_rope ? "true" : "false";
+  throw ConfigError(saved_before_rope ? "saved base keys are stored before RoPE (a rerotating engine saved them), this engine stores them after"
+                                      : "saved base keys are stored after RoPE, this rerotating engine stores them before",
+                    {"", "rerotate", engine_rerotates ? "true" : "false", saved, std::string("restore with rerotate ") + saved});
+}
+
 // The end of the run of equal writers starting at `from`.
 int64_t run_end(const std::vector<AdapterIdentity>& writers, int64_t from, int64_t end) {
   int64_t b = from + 1;
@@ -190,10 +200,6 @@ void import_sequence(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& 
 }  // namespace
 
 ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>& readers) const {
-  if (options_.rerotate) {
-    throw ConfigError("a rerotating engine cannot save a context yet",
-                      {"", "rerotate", "false", "true", "its keys are stored before RoPE, which no session file records"});
-  }
   const ContextState& c = state_->context(context);
   // With a policy, rows may be evicted or packed: each lane goes with its rows as they are.
   const auto export_rows = [&](SeqId seq) {
@@ -207,6 +213,7 @@ ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>
   ContextRows out;
   out.options = c.options;
   out.tokens = c.tokens;
+  out.keys_before_rope = options_.rerotate;
   for (const ReaderState& r : c.readers) {
     if (r.private_seq.valid()) {
       throw ConfigError("cannot export a context while a reader has private rows",
@@ -228,6 +235,7 @@ ContextId Engine::import_context(const ContextRows& rows,
                       {"", "readers", std::to_string(rows.own.size()), std::to_string(readers.size())});
   }
   const auto has_lanes = [](const std::optional<SequenceRows>& s) { return s && !s->lanes.empty(); };
+  check_key_frame(options_.rerotate, rows.keys_before_rope);
   check_dtypes(cache_->manager().config(), rows.shared);
   for (const std::optional<SequenceRows>& own : rows.own) check_dtypes(cache_->manager().config(), own);
   if (has_lanes(rows.shared)) check_lanes(cache_->layout(), *rows.shared);

@@ -2,7 +2,8 @@
 // (file format version 2, docs/sessions.md): restored, it continues as the original does,
 // token for token and log-probability for log-probability, evicting alike; a session
 // without a policy is still written as version 1 (no eviction section) and restores with
-// none; a damaged eviction section (a missing or invalid key, a version that drops it, a
+// none; a rerotating runtime's session (keys before RoPE) is version 4, restores alike and
+// only into a rerotating runtime; a damaged eviction section (a missing or invalid key, a version that drops it, a
 // missing or corrupt lanes tensor, counts that disagree) is refused naming the file and
 // the field. The rows themselves: tests/runtime/engine_save_eviction_test.cpp.
 #include <gtest/gtest.h>
@@ -153,6 +154,54 @@ std::string replaced(std::string text, const std::string& from, const std::strin
   EXPECT_NE(at, std::string::npos) << from;
   if (at != std::string::npos) text.replace(at, from.size(), to);
   return text;
+}
+
+// Endless streaming (RuntimeOptions::rerotate): base keys stored before RoPE go into a
+// version 4 file that says so; the restored session continues bit for bit; a runtime that
+// stores keys after RoPE refuses the file naming `rerotate`, and the file claiming version 3
+// (which has no such keys) is refused as damaged.
+TEST(SessionSaveEviction, ARerotatingSessionIsVersionFourAndRestoresOnlyIntoARerotatingRuntime) {
+  RuntimeOptions ro = testing::scenario_options(model());
+  ro.rerotate = true;
+  Runtime rt(ro);
+  testing::load_scenario_adapters(rt, adapter_set("qv_shared_a"));
+  SessionOptions o = evicting(SharingMode::kBaseLrShared);
+  o.eviction.policy = "streaming_llm";
+  o.eviction.sinks = 4;
+  o.eviction.protected_spans.clear();
+  auto original = testing::scenario_session(rt, o);
+  const std::string path = lorakv::testing::temp_path("session_rerotate");
+  original->save(path);
+  const formats::JsonValue h = header_of(path);
+  EXPECT_EQ(h.at("version").as_int(), 4);
+  EXPECT_TRUE(h.at("keys_before_rope").as_bool());
+  const SessionFile saved = read_session(path);
+  EXPECT_TRUE(saved.rows.keys_before_rope);
+  ASSERT_TRUE(saved.rows.shared.has_value());
+  ASSERT_FALSE(saved.rows.shared->lanes.empty());
+  EXPECT_LT(saved.rows.shared->lanes[0].positions.size(), saved.rows.shared->tokens.size())
+      << "nothing was evicted: rows at compact indices would not be tested";
+  Runtime fresh(ro);
+  testing::load_scenario_adapters(fresh, adapter_set("qv_shared_a"));
+  auto restored = fresh.restore_session(path);
+  expect_same_continuation(*original, *restored);
+  expect_same_continuation(*original, *restored);
+  Runtime plain(testing::scenario_options(model()));
+  testing::load_scenario_adapters(plain, adapter_set("qv_shared_a"));
+  try {
+    plain.restore_session(path);
+    ADD_FAILURE() << "a runtime storing keys after RoPE took keys before it";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.context().key, "rerotate") << e.what();
+  }
+  const std::string v3 = lorakv::testing::temp_path("session_rerotate_v3");
+  write_bytes(v3, replaced(read_bytes(path), "\\\"version\\\": 4,", "\\\"version\\\": 3,"));
+  try {
+    fresh.restore_session(v3);
+    ADD_FAILURE() << "a version 3 file with keys before RoPE was accepted";
+  } catch (const SessionFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("came with version 4"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SessionSaveEviction, ADamagedEvictionSectionIsRefusedNamingTheField) {

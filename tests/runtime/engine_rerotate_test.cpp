@@ -9,7 +9,10 @@
 //     close to a fresh context holding only the kept tokens at positions 0.. (the window-only
 //     baseline), closer than the same session without rerotate, whose positions run past
 //     the context;
-//   - a scoring policy, per-head token sets and saving are refused.
+//   - a context exported mid-stream (past the context) and imported into a fresh rerotating
+//     engine streams on with the original's logits bit for bit; its rows go into no engine
+//     that stores keys after RoPE, and no such rows into a rerotating engine;
+//   - a scoring policy and per-head token sets are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -151,6 +154,54 @@ TEST(EngineRerotate, StreamsThreeTimesPastTheModelsContext) {
   EXPECT_LT(kl_rerotated, kl_plain);
 }
 
+// Appends trajectory[from, to) 8 tokens at a time, one step each; the logits of every step.
+std::vector<at::Tensor> stream_on(Engine& e, ContextId ctx, const std::vector<int32_t>& trajectory, size_t from, size_t to) {
+  std::vector<at::Tensor> out;
+  for (size_t i = from; i < to; i += 8) {
+    e.append(ctx, std::vector<int32_t>(trajectory.begin() + static_cast<int64_t>(i), trajectory.begin() + static_cast<int64_t>(i) + 8));
+    const StepResult r = e.step({{{ctx, 0}, StepWork::Kind::kContext, {}, 0, true}});
+    EXPECT_TRUE(r.ok);
+    if (r.ok) out.push_back(r.outputs[0].logits);
+  }
+  return out;
+}
+
+TEST(EngineRerotate, AContextSavedPastTheModelsContextStreamsOnAlike) {
+  const TinyEngineModel tiny = lorakv::testing::make_tiny_engine_model(/*context_length=*/64);
+  const std::vector<int32_t> trajectory = tokens(192, 7);
+  ContextOptions o{SharingMode::kFull, SharedWriter::kFirst};
+  o.eviction.policy = "streaming_llm";
+  o.eviction.budget_tokens = 24;
+  o.eviction.sinks = 4;
+  Engine original(*tiny.model, pools(true));
+  const ContextId ctx = original.create_context(o, {nullptr});
+  (void)stream_on(original, ctx, trajectory, 0, 96);  // 1.5x the context
+  const ContextRows rows = original.export_context(ctx, {0});
+  EXPECT_TRUE(rows.keys_before_rope);
+  Engine restored(*tiny.model, pools(true));
+  const ContextId back = restored.import_context(rows, {nullptr});
+  EXPECT_EQ(restored.kept_positions(back), original.kept_positions(ctx));
+  const std::vector<at::Tensor> a = stream_on(original, ctx, trajectory, 96, 192);
+  const std::vector<at::Tensor> b = stream_on(restored, back, trajectory, 96, 192);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(at::equal(a[i], b[i])) << "step " << i << " after the restore";
+  }
+  // Keys before RoPE into an engine that stores them after it, and the reverse: refused.
+  Engine plain(*tiny.model, pools(false));
+  try {
+    plain.import_context(rows, {nullptr});
+    ADD_FAILURE() << "an engine storing keys after RoPE took keys before it";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.context().key, "rerotate");
+  }
+  const ContextId plain_ctx = plain.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr});
+  (void)stream_on(plain, plain_ctx, trajectory, 0, 16);
+  const ContextRows after_rope = plain.export_context(plain_ctx, {0});
+  EXPECT_FALSE(after_rope.keys_before_rope);
+  EXPECT_THROW(restored.import_context(after_rope, {nullptr}), ConfigError);
+}
+
 TEST(EngineRerotate, WhatItCannotServeIsRefused) {
   const TinyEngineModel tiny = lorakv::testing::make_tiny_engine_model();
   Engine e(*tiny.model, pools(true));
@@ -162,8 +213,6 @@ TEST(EngineRerotate, WhatItCannotServeIsRefused) {
   per_head.per_head_token_sets = true;
   EXPECT_THROW(Engine(*tiny.model, per_head), ConfigError);
   const ContextId ctx = e.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr});
-  e.append(ctx, tokens(10, 1));
-  EXPECT_THROW(e.export_context(ctx, {0}), ConfigError);
   // Without a token budget below the context, the context keeps the model's limit.
   EXPECT_EQ(e.context_limit(ctx), e.max_context_tokens());
 }
