@@ -4,16 +4,20 @@
 // C threads through the scheduler. Per mode: success rate with a 95% Wilson interval,
 // McNemar's exact test against `full` on the same questions (discordant pairs listed), KV
 // bytes per episode against N full caches, wall time; in `full`, the trajectories against
-// the Python runner's (assets/role_adapters/eval/episodes.csv).
+// the Python runner's (assets/role_adapters/eval/episodes.csv). Each episode's row is
+// appended to the CSV as it ends; --resume runs only the episodes the file lacks.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -21,6 +25,7 @@
 #include "lorakv/agents/runtime.h"
 #include "lorakv/agents/workflow_react.h"
 #include "lorakv/agents/workflow_types.h"
+#include "lorakv/cli/bench/episode_rows.h"
 #include "lorakv/cli/bench/episode_stats.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
@@ -42,8 +47,9 @@ The agentic QA task (tools/agentic_qa/README.md) through lorakv's react workflow
 one session per held-out question, in each sharing mode and writer: success rate with a
 95% Wilson interval, McNemar's exact test against full (discordant pairs listed), KV bytes
 per episode against 3 full caches, wall time; in full, trajectories compared with the
-Python runner's. Writes episodes_by_mode_SET.csv and episodes_summary_SET.md under --out. An
-evaluation, not part of make test; run it with nothing else on the machine.
+Python runner's. Writes episodes_by_mode_SET.csv (a row per episode, appended as each
+ends) and episodes_summary_SET.md under --out. An evaluation, not part of make test; run it
+with nothing else on the machine.
 
 flags:
   --model FILE      GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -56,6 +62,9 @@ flags:
   --concurrency C   sessions at once (default 16)
   --max-rounds N    planner+actor rounds per episode (default 6, as the Python runner)
   --out DIR         default bench/results/agentic_qa
+  --resume          keep the episodes the CSV already holds (same set, mode and question)
+                    and run only the others; a mode's wall time is summed over its runs
+  --fresh           replace an existing CSV (without either flag, an existing CSV is an error)
 )";
 
 struct Question {
@@ -72,14 +81,7 @@ struct ModeSpec {
   }
 };
 
-struct Episode {
-  std::string answer, verdict, transcript;
-  bool success = false, finished = false, consistent = true;
-  int64_t rounds = 0, tokens = 0, kv_bytes = 0, full_caches_bytes = 0;
-  double min_margin = 1e9;  // smallest top-1 margin over every generated token (logprobs)
-  // Per transcript turn (agents' and tools'), its smallest top-1 margin; tools: none (-1).
-  std::vector<std::pair<std::string, double>> turn_margins;
-};
+using Episode = EpisodeResult;
 
 std::vector<Question> read_questions(const std::string& path, int64_t n) {
   std::ifstream in(path);
@@ -93,48 +95,9 @@ std::vector<Question> read_questions(const std::string& path, int64_t n) {
   return out;
 }
 
-// RFC 4180 fields (quotes, doubled quotes, newlines inside quotes).
-std::vector<std::vector<std::string>> read_csv(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError("cannot read the reference episodes", {path});
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  std::vector<std::vector<std::string>> rows(1);
-  std::string field;
-  bool quoted = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    if (quoted) {
-      if (ch == '"' && i + 1 < text.size() && text[i + 1] == '"') {
-        field += '"';
-        ++i;
-      } else if (ch == '"') {
-        quoted = false;
-      } else {
-        field += ch;
-      }
-    } else if (ch == '"') {
-      quoted = true;
-    } else if (ch == ',') {
-      rows.back().push_back(std::move(field));
-      field.clear();
-    } else if (ch == '\n') {
-      rows.back().push_back(std::move(field));
-      field.clear();
-      rows.emplace_back();
-    } else if (ch != '\r') {
-      field += ch;
-    }
-  }
-  if (!field.empty() || !rows.back().empty()) rows.back().push_back(field);
-  if (rows.back().empty()) rows.pop_back();
-  return rows;
-}
-
 // id -> transcript of the set's reference episodes.
 std::map<std::string, std::string> reference_transcripts(const std::string& path, const std::string& set) {
-  const auto rows = read_csv(path);
+  const auto rows = read_csv_records(path);
   std::map<std::string, std::string> out;
   if (rows.empty()) return out;
   const std::vector<std::string>& header = rows.front();
@@ -204,31 +167,30 @@ Episode run_episode(agents::Runtime& rt, const ModeSpec& m, const Question& q, c
   return e;
 }
 
-// Every question in one mode, `concurrency` sessions at once.
-std::vector<Episode> run_mode(agents::Runtime& rt, const ModeSpec& m, const std::vector<Question>& qs,
-                              const agents::ToolRegistry& tools, int64_t concurrency, int max_rounds, double* wall_s,
-                              std::ostream& out) {
+// Every question of `qs` in one mode, `concurrency` sessions at once; each episode goes to
+// `done_episode` (called under a lock) as it ends, its elapsed time counted from `start`.
+void run_mode(agents::Runtime& rt, const ModeSpec& m, const std::vector<Question>& qs, const agents::ToolRegistry& tools,
+              int64_t concurrency, int max_rounds, Clock::time_point start,
+              const std::function<void(const Question&, Episode)>& done_episode, std::ostream& out) {
   const agents::RuntimeStats st = rt.stats();
-  std::vector<Episode> episodes(qs.size());
-  std::atomic<size_t> next{0}, done{0};
-  std::mutex print;
-  const Clock::time_point start = Clock::now();
+  std::atomic<size_t> next{0};
+  size_t done = 0;
+  std::mutex lock;
   std::vector<std::thread> workers;
   for (int64_t w = 0; w < concurrency; ++w) {
     workers.emplace_back([&] {
       for (size_t i = next++; i < qs.size(); i = next++) {
-        episodes[i] = run_episode(rt, m, qs[i], tools, max_rounds, st.base_row_bytes, rt.options().block_size);
-        const size_t finished = ++done;
-        if (finished % 20 == 0 || finished == qs.size()) {
-          std::lock_guard<std::mutex> lock(print);
-          out << "  " << m.name() << ": " << finished << "/" << qs.size() << " episodes\n" << std::flush;
+        Episode e = run_episode(rt, m, qs[i], tools, max_rounds, st.base_row_bytes, rt.options().block_size);
+        e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+        std::lock_guard<std::mutex> hold(lock);
+        done_episode(qs[i], std::move(e));
+        if (++done % 20 == 0 || done == qs.size()) {
+          out << "  " << m.name() << ": " << done << "/" << qs.size() << " episodes\n" << std::flush;
         }
       }
     });
   }
   for (std::thread& t : workers) t.join();
-  *wall_s = std::chrono::duration<double>(Clock::now() - start).count();
-  return episodes;
 }
 
 // The role of a transcript turn ("[actor] Lookup[X]" -> "actor").
@@ -251,17 +213,148 @@ std::map<std::string, int64_t> first_divergence(const std::vector<Episode>& full
   return counts;
 }
 
-std::string csv_field(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return out + "\"";
+// One mode's episodes on the questions, in question order (questions it lacks are left out),
+// and its wall time: over the runs that measured them, each run's last end, summed.
+struct ModeEpisodes {
+  std::vector<size_t> question;  // index into the questions
+  std::vector<Episode> episodes;
+  double wall_s = 0;
+  int64_t runs = 0;
+};
+
+ModeEpisodes mode_episodes(const std::vector<EpisodeRow>& rows, const std::string& set, const std::string& mode,
+                           const std::vector<Question>& qs) {
+  std::map<std::string, const EpisodeRow*> by_id;
+  for (const EpisodeRow& r : rows) {
+    if (r.set == set && r.mode == mode) by_id[r.id] = &r;
+  }
+  ModeEpisodes out;
+  std::map<std::string, double> run_end;
+  for (size_t i = 0; i < qs.size(); ++i) {
+    const auto it = by_id.find(qs[i].id);
+    if (it == by_id.end()) continue;
+    out.question.push_back(i);
+    out.episodes.push_back(it->second->result);
+    double& end = run_end[it->second->result.run];
+    end = std::max(end, it->second->result.elapsed_s);
+  }
+  for (const auto& [run, end] : run_end) out.wall_s += end;
+  out.runs = static_cast<int64_t>(run_end.size());
+  return out;
+}
+
+// Rows in the modes' order, then each mode's in question order; rows of other sets, modes
+// or questions after them, as they were.
+std::vector<EpisodeRow> sorted_rows(std::vector<EpisodeRow> rows, const std::vector<ModeSpec>& modes,
+                                    const std::vector<Question>& qs) {
+  std::map<std::string, size_t> mode_rank, question_rank;
+  for (size_t i = 0; i < modes.size(); ++i) mode_rank.emplace(modes[i].name(), i);
+  for (size_t i = 0; i < qs.size(); ++i) question_rank.emplace(qs[i].id, i);
+  const auto rank = [&](const std::map<std::string, size_t>& m, const std::string& k) {
+    const auto it = m.find(k);
+    return it == m.end() ? m.size() : it->second;
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const EpisodeRow& a, const EpisodeRow& b) {
+    return std::pair(rank(mode_rank, a.mode), rank(question_rank, a.id)) <
+           std::pair(rank(mode_rank, b.mode), rank(question_rank, b.id));
+  });
+  return rows;
+}
+
+// The summary table, the divergence lines and full against the Python runner, printed and
+// written to episodes_summary_SET.md.
+void write_summary(const std::vector<EpisodeRow>& rows, const std::string& set, const std::vector<ModeSpec>& modes,
+                   const std::vector<Question>& qs, const std::map<std::string, std::string>& reference,
+                   const std::string& summary_path, std::ostream& out) {
+  std::ostringstream md, divergence;
+  md << "| set | mode | success | 95% CI | vs full: b / c | McNemar p | KV bytes per episode | vs 3 full caches | wall s |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
+  const ModeEpisodes full = mode_episodes(rows, set, modes.front().name(), qs);
+  std::map<size_t, const Episode*> full_by_question;
+  for (size_t k = 0; k < full.question.size(); ++k) full_by_question[full.question[k]] = &full.episodes[k];
+  for (const ModeSpec& m : modes) {
+    const ModeEpisodes me = mode_episodes(rows, set, m.name(), qs);
+    if (me.episodes.empty()) continue;
+    int64_t wins = 0, kv = 0, caches = 0, b = 0, c = 0;  // b: right in full only, c: right here only
+    std::string discordant;
+    std::vector<Episode> paired_full, paired_mode;
+    for (size_t k = 0; k < me.episodes.size(); ++k) {
+      const Episode& e = me.episodes[k];
+      wins += e.success;
+      kv += e.kv_bytes;
+      caches += e.full_caches_bytes;
+      const auto f = full_by_question.find(me.question[k]);
+      if (f == full_by_question.end()) continue;  // McNemar pairs questions both modes ran
+      paired_full.push_back(*f->second);
+      paired_mode.push_back(e);
+      if (f->second->success == e.success) continue;
+      (f->second->success ? b : c) += 1;
+      discordant += (discordant.empty() ? "" : " ") + qs[me.question[k]].id + (f->second->success ? "(-)" : "(+)");
+    }
+    const auto n = static_cast<int64_t>(me.episodes.size());
+    const auto [lo, hi] = wilson_interval(wins, n);
+    char row[360];
+    std::snprintf(row, sizeof row, "| %s | %s | %lld/%lld = %.3f | [%.3f, %.3f] | %lld / %lld | %.3g | %.0f | %.2fx | %.0f |\n",
+                  set.c_str(), m.name().c_str(), static_cast<long long>(wins), static_cast<long long>(n),
+                  static_cast<double>(wins) / static_cast<double>(n), lo, hi, static_cast<long long>(b),
+                  static_cast<long long>(c), mcnemar_exact_p(b, c), static_cast<double>(kv) / static_cast<double>(n),
+                  static_cast<double>(caches) / static_cast<double>(kv), me.wall_s);
+    md << row;
+    out << row;
+    if (!discordant.empty()) {
+      out << "  discordant (- right in full only, + right here only): " << discordant << "\n";
+      divergence << "- " << set << " " << m.name() << ": discordant (- right in full only, + right here only): " << discordant
+                 << "\n";
+    }
+    if (m.mode != SharingMode::kFull) {
+      std::string where;
+      for (const auto& [role, count] : first_divergence(paired_full, paired_mode)) where += " " + role + " " + std::to_string(count);
+      divergence << "- " << set << " " << m.name() << ": first turn that differs from full:" << where << "\n";
+      out << "  first turn that differs from full:" << where << "\n";
+    }
+  }
+  // Full against the Python runner, question by question.
+  int64_t compared = 0, identical = 0;
+  std::ostringstream differences;
+  for (size_t k = 0; k < full.question.size(); ++k) {
+    const Question& q = qs[full.question[k]];
+    const Episode& e = full.episodes[k];
+    const auto ref = reference.find(q.id);
+    if (ref == reference.end()) continue;
+    ++compared;
+    if (ref->second == e.transcript) {
+      ++identical;
+      continue;
+    }
+    const std::vector<std::string> theirs = agents::transcript_turns(ref->second);
+    const std::vector<std::string> ours = agents::transcript_turns(e.transcript);
+    size_t t = 0;
+    while (t < theirs.size() && t < ours.size() && theirs[t] == ours[t]) ++t;
+    differences << "  " << q.id << ": first difference at turn " << t;
+    if (t < e.turn_margins.size()) {
+      differences << " (" << e.turn_margins[t].first << ", smallest top-1 margin in that turn " << e.turn_margins[t].second << ")";
+    } else {
+      differences << " (smallest top-1 margin in the episode " << e.min_margin << ")";
+    }
+    differences << "\n    python: " << (t < theirs.size() ? theirs[t] : "(ended)")
+                << "\n    lorakv: " << (t < ours.size() ? ours[t] : "(ended)") << "\n";
+  }
+  char line[200];
+  std::snprintf(line, sizeof line, "full against the Python runner: %lld of %lld trajectories identical\n",
+                static_cast<long long>(identical), static_cast<long long>(compared));
+  out << line << differences.str();
+  std::ofstream summary(summary_path);
+  summary << md.str() << "\n"
+          << "wall s: per mode, over the runs that measured its episodes (--resume), each run's time to its last "
+             "episode, summed.\n\n"
+          << divergence.str() << "\n" << line << differences.str();
 }
 
 }  // namespace
 
 int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) {
   const CliArgs a(args, {"--model", "--assets", "--set", "--modes", "--n", "--concurrency", "--max-rounds", "--out"},
-                  {"--help"}, "bench episodes");
+                  {"--help", "--resume", "--fresh"}, "bench episodes");
   if (a.has("--help")) {
     out << kHelp;
     return 0;
@@ -281,6 +374,14 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
   const int64_t concurrency = a.get_int("--concurrency", 16, 1, 256);
   const int max_rounds = static_cast<int>(a.get_int("--max-rounds", 6, 1, 64));
   const std::string out_dir = a.get("--out").value_or("bench/results/agentic_qa");
+  const bool resume = a.has("--resume");
+  if (resume && a.has("--fresh")) throw ConfigError("--resume and --fresh exclude each other", {"", "--fresh"});
+  const std::string csv_path = out_dir + "/episodes_by_mode_" + set + ".csv";
+  if (std::filesystem::exists(csv_path) && !resume && !a.has("--fresh")) {
+    throw ConfigError("the episodes file exists", {csv_path, "", "", "", "--resume runs only the episodes it lacks, --fresh replaces it"});
+  }
+  // Read before the model loads: a damaged file is refused at once.
+  std::vector<EpisodeRow> rows = resume ? read_episode_rows(csv_path) : std::vector<EpisodeRow>{};
   std::filesystem::create_directories(out_dir);
 
   const std::vector<Question> qs = read_questions(assets + "/agentic_qa/test.jsonl", n);
@@ -298,85 +399,35 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
       << "set " << set << ", " << qs.size() << " questions, " << concurrency << " sessions at once, greedy, "
       << max_rounds << " rounds at most\n";
 
-  const std::string csv_path = out_dir + "/episodes_by_mode_" + set + ".csv";
-  std::ofstream csv(csv_path);
-  csv << "set,mode,id,kind,gold,answer,success,finished,rounds,verdict,planner_actor_consistent,tokens,kv_bytes,"
-         "full_caches_bytes,min_margin,transcript\n";
-  std::ostringstream md;
-  md << "| set | mode | success | 95% CI | vs full: b / c | McNemar p | KV bytes per episode | vs 3 full caches | wall s |\n"
-     << "|---|---|---|---|---|---|---|---|---|\n";
-  std::vector<Episode> full;
-  std::ostringstream divergence;
+  // The file in today's columns with what it held, then a row appended per episode as it ends.
+  write_episode_rows(csv_path, sorted_rows(rows, modes, qs));
+  std::ofstream csv(csv_path, std::ios::binary | std::ios::app);
+  const std::string run = std::to_string(static_cast<long long>(std::time(nullptr)));
   for (const ModeSpec& m : modes) {
-    double wall = 0;
-    const std::vector<Episode> eps = run_mode(rt, m, qs, tools, concurrency, max_rounds, &wall, out);
-    int64_t wins = 0, kv = 0, caches = 0;
-    for (size_t i = 0; i < eps.size(); ++i) {
-      const Episode& e = eps[i];
-      wins += e.success;
-      kv += e.kv_bytes;
-      caches += e.full_caches_bytes;
-      csv << set << "," << m.name() << "," << qs[i].id << "," << qs[i].kind << "," << csv_field(qs[i].answer) << ","
-          << csv_field(e.answer) << "," << e.success << "," << e.finished << "," << e.rounds << "," << csv_field(e.verdict)
-          << "," << e.consistent << "," << e.tokens << "," << e.kv_bytes << "," << e.full_caches_bytes << ","
-          << e.min_margin << "," << csv_field(e.transcript) << "\n";
+    std::set<std::string> have;
+    for (const EpisodeRow& r : rows) {
+      if (r.set == set && r.mode == m.name()) have.insert(r.id);
     }
-    csv.flush();
-    if (m.mode == SharingMode::kFull) full = eps;
-    int64_t b = 0, c = 0;  // right in full only, right in this mode only
-    std::string discordant;
-    for (size_t i = 0; i < eps.size(); ++i) {
-      if (full[i].success == eps[i].success) continue;
-      (full[i].success ? b : c) += 1;
-      discordant += (discordant.empty() ? "" : " ") + qs[i].id + (full[i].success ? "(-)" : "(+)");
+    std::vector<Question> todo;
+    for (const Question& q : qs) {
+      if (!have.count(q.id)) todo.push_back(q);
     }
-    const auto [lo, hi] = wilson_interval(wins, static_cast<int64_t>(eps.size()));
-    char row[320];
-    std::snprintf(row, sizeof row, "| %s | %s | %lld/%zu = %.3f | [%.3f, %.3f] | %lld / %lld | %.3g | %.0f | %.2fx | %.0f |\n",
-                  set.c_str(), m.name().c_str(), static_cast<long long>(wins), eps.size(),
-                  static_cast<double>(wins) / static_cast<double>(eps.size()), lo, hi, static_cast<long long>(b),
-                  static_cast<long long>(c), mcnemar_exact_p(b, c), static_cast<double>(kv) / static_cast<double>(eps.size()),
-                  static_cast<double>(caches) / static_cast<double>(kv), wall);
-    md << row;
-    out << row;
-    if (!discordant.empty()) out << "  discordant (- right in full only, + right here only): " << discordant << "\n";
-    if (m.mode != SharingMode::kFull) {
-      std::string where;
-      for (const auto& [role, count] : first_divergence(full, eps)) where += " " + role + " " + std::to_string(count);
-      divergence << "- " << set << " " << m.name() << ": first turn that differs from full:" << where << "\n";
-      out << "  first turn that differs from full:" << where << "\n";
-    }
+    out << m.name() << ": " << qs.size() - todo.size() << " episodes from earlier runs, " << todo.size() << " to run\n";
+    const Clock::time_point start = Clock::now();
+    run_mode(rt, m, todo, tools, concurrency, max_rounds, start,
+             [&](const Question& q, Episode e) {
+               e.run = run;
+               EpisodeRow row{set, m.name(), q.id, q.answer, q.kind, std::move(e)};
+               csv << episode_csv_line(row) << std::flush;
+               rows.push_back(std::move(row));
+             },
+             out);
   }
-  // Full against the Python runner, question by question.
-  int64_t compared = 0, identical = 0;
-  std::ostringstream differences;
-  for (size_t i = 0; i < qs.size() && !full.empty(); ++i) {
-    const auto ref = reference.find(qs[i].id);
-    if (ref == reference.end()) continue;
-    ++compared;
-    if (ref->second == full[i].transcript) {
-      ++identical;
-      continue;
-    }
-    const std::vector<std::string> theirs = agents::transcript_turns(ref->second);
-    const std::vector<std::string> ours = agents::transcript_turns(full[i].transcript);
-    size_t k = 0;
-    while (k < theirs.size() && k < ours.size() && theirs[k] == ours[k]) ++k;
-    differences << "  " << qs[i].id << ": first difference at turn " << k;
-    if (k < full[i].turn_margins.size()) {
-      differences << " (" << full[i].turn_margins[k].first << ", smallest top-1 margin in that turn "
-                  << full[i].turn_margins[k].second << ")";
-    }
-    differences << "\n    python: " << (k < theirs.size() ? theirs[k] : "(ended)")
-                << "\n    lorakv: " << (k < ours.size() ? ours[k] : "(ended)") << "\n";
-  }
-  char line[200];
-  std::snprintf(line, sizeof line, "full against the Python runner: %lld of %lld trajectories identical\n",
-                static_cast<long long>(identical), static_cast<long long>(compared));
-  out << line << differences.str();
-  std::ofstream summary(out_dir + "/episodes_summary_" + set + ".md");
-  summary << md.str() << "\n" << divergence.str() << "\n" << line << differences.str();
-  out << "wrote " << csv_path << " and " << out_dir << "/episodes_summary_" << set << ".md\n";
+  csv.close();
+  write_episode_rows(csv_path, sorted_rows(rows, modes, qs));
+  const std::string summary_path = out_dir + "/episodes_summary_" + set + ".md";
+  write_summary(rows, set, modes, qs, reference, summary_path, out);
+  out << "wrote " << csv_path << " and " << summary_path << "\n";
   return 0;
 }
 
