@@ -77,7 +77,10 @@ struct GenerateOptions {
   // The reply's text must start with one of these ("Lookup[", "Finish["), whatever tokens
   // spell it. Empty: no constraint.
   std::vector<std::string> allowed_prefixes;
-  // Called on the engine thread with each newly printable piece of the reply (valid UTF-8).
+  // Called on the engine thread with each new piece of the reply. A trailing multi-byte
+  // sequence that is valid so far is held back until it completes; invalid bytes pass
+  // through, and what is held back when the reply ends (max_tokens inside a character) is
+  // passed as it is, so a piece need not be valid UTF-8 (docs/sessions.md, "Generating").
   // Return false to end the reply there (it is kept). It must not call a session method
   // that waits (DeadlockError).
   std::function<bool(const std::string& text)> on_text;

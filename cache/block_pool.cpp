@@ -3,6 +3,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 
 #include "lorakv/common/errors.h"
 
@@ -42,8 +43,9 @@ BlockPool::BlockPool(const BlockPoolSpec& spec) : spec_(spec) {
   std::vector<int64_t> shape{spec.num_blocks, spec.block_size};
   shape.insert(shape.end(), spec.row_shape.begin(), spec.row_shape.end());
   const auto opts = at::TensorOptions().dtype(to_scalar_type(spec.dtype)).device(spec.device);
-  // Uninitialised: a row is read only after it was written (views cover written rows),
-  // and untouched pages of a large pool cost no memory.
+  // Rows uninitialised: a row is read only after it was written (views cover written rows),
+  // so pages of rows never written need not be backed by memory. The positions below are
+  // not: the whole table is filled with -1 here.
   a_ = at::empty(shape, opts);
   if (spec.base) {
     b_ = at::empty(shape, opts);
@@ -122,34 +124,62 @@ void BlockPool::write_positions(const at::Tensor& slots, const at::Tensor& posit
   flat(positions_).index_copy_(0, slots.to(spec_.device, at::kLong), positions.to(spec_.device, at::kInt));
 }
 
-void BlockPool::apply(const StorageOps& ops) {
-  std::vector<int64_t> src, dst;
+void BlockPool::apply(const StorageOps& ops) { write(prepare(ops)); }
+
+BlockPool::PreparedRows BlockPool::prepare(const StorageOps& ops) const {
+  std::vector<int64_t> copy_src, copy_dst, move_src, move_dst;
   for (const BlockCopy& c : ops.copies) {
     if (c.pool != spec_.id) continue;
-    src.push_back(c.src.value());
-    dst.push_back(c.dst.value());
+    copy_src.push_back(c.src.value());
+    copy_dst.push_back(c.dst.value());
   }
-  auto copy_rows = [&](const at::Tensor& t, const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
-    const auto cpu = at::TensorOptions().dtype(at::kLong);
-    const at::Tensor si = at::tensor(s, cpu).to(spec_.device);
-    const at::Tensor di = at::tensor(d, cpu).to(spec_.device);
-    t.index_copy_(0, di, t.index_select(0, si));  // index_select copies: sources read first
-  };
-  // Scales move with their rows.
-  auto for_each_tensor = [&](auto&& fn) {
-    for (const at::Tensor* t : {&a_, &b_, &positions_, &a_scales_, &b_scales_}) {
-      if (t->defined()) fn(*t);
-    }
-  };
-  if (!src.empty()) for_each_tensor([&](const at::Tensor& t) { copy_rows(t, src, dst); });
-  src.clear();
-  dst.clear();
   for (const SlotMove& m : ops.moves) {
     if (m.pool != spec_.id) continue;
-    src.push_back(m.src_slot);
-    dst.push_back(m.dst_slot);
+    move_src.push_back(m.src_slot);
+    move_dst.push_back(m.dst_slot);
   }
-  if (!src.empty()) for_each_tensor([&](const at::Tensor& t) { copy_rows(flat(t), src, dst); });
+  PreparedRows out;
+  // One part per tensor and kind: `rows_of` is the tensor with a block (copies) or a slot
+  // (moves) per row. Scales and positions move with their rows.
+  auto add = [&](const at::Tensor& rows_of, const std::vector<int64_t>& src, const std::vector<int64_t>& dst) {
+    if (src.empty()) return;
+    const auto cpu = at::TensorOptions().dtype(at::kLong);
+    PreparedRows::Part part;
+    const at::Tensor rows2d = rows_of.view({rows_of.size(0), -1});
+    part.rows = rows2d.index_select(0, at::tensor(src, cpu).to(spec_.device)).contiguous();  // a copy: read before any write
+    part.dst = dst;
+    if (rows_of.device().is_cpu() && rows_of.is_contiguous()) {
+      part.storage = static_cast<char*>(rows_of.data_ptr());
+      part.row_bytes = rows2d.size(1) * rows_of.element_size();
+    } else {
+      part.target = rows2d;
+      part.index = at::tensor(dst, cpu).to(spec_.device);
+    }
+    out.parts.push_back(std::move(part));
+  };
+  for (const at::Tensor* t : {&a_, &b_, &positions_, &a_scales_, &b_scales_}) {
+    if (!t->defined()) continue;
+    add(*t, copy_src, copy_dst);
+  }
+  for (const at::Tensor* t : {&a_, &b_, &positions_, &a_scales_, &b_scales_}) {
+    if (!t->defined()) continue;
+    add(flat(*t), move_src, move_dst);
+  }
+  return out;
+}
+
+void BlockPool::write(const PreparedRows& prepared) {
+  for (const PreparedRows::Part& part : prepared.parts) {
+    if (!part.storage) {
+      part.target.index_copy_(0, part.index, part.rows);  // a device pool: the one write that may fail
+      continue;
+    }
+    const char* from = static_cast<const char*>(part.rows.data_ptr());
+    for (size_t i = 0; i < part.dst.size(); ++i) {
+      std::memcpy(part.storage + part.dst[i] * part.row_bytes, from + static_cast<int64_t>(i) * part.row_bytes,
+                  static_cast<size_t>(part.row_bytes));
+    }
+  }
 }
 
 at::Tensor BlockPool::gather_a(const at::Tensor& slots) const {

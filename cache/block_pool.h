@@ -63,6 +63,21 @@ class BlockPool {
   // Applies this pool's part of `ops`: block copies first, then the slot moves (all sources
   // read before any destination is written).
   void apply(const StorageOps& ops);
+  // apply() in two phases: prepare reads every source row (it may throw and writes nothing),
+  // write puts them in place: on CPU pools plain copies that allocate nothing and cannot
+  // fail, so a compaction is prepared whole before its tables change (PagedKvCache::compact).
+  struct PreparedRows {
+    struct Part {
+      at::Tensor rows;            // the source rows, read before any write: [n, row elements]
+      char* storage = nullptr;    // the pool tensor's first byte (CPU)
+      int64_t row_bytes = 0;      // one row of it (a block for copies, a slot for moves)
+      std::vector<int64_t> dst;   // destination rows
+      at::Tensor target, index;   // where the tensor is not on the CPU: index_copy_ there
+    };
+    std::vector<Part> parts;
+  };
+  PreparedRows prepare(const StorageOps& ops) const;
+  void write(const PreparedRows& rows);
   // Rows at slots (int64 [N]): [N, *row_shape] in the storage dtype, or for int8 float32:
   // int8 times scale, rotated back with H when the pool rotates.
   at::Tensor gather_a(const at::Tensor& slots) const;

@@ -23,6 +23,7 @@ std::vector<int64_t> CacheManager::live_rows(SeqId seq, int64_t lane) const {
 }
 
 void CacheManager::add_scores(SeqId seq, int64_t lane, const float* mass, int64_t rows) {
+  remember(seq);  // a step that fails gives its scores back with its rows
   BaseLane& l = state(seq).lanes.at(static_cast<size_t>(lane));
   LORAKV_ASSERT(rows >= 0 && rows <= l.table.num_rows, "scores for " << rows << " rows of a lane of " << l.table.num_rows);
   if (l.scores.empty()) l.scores.assign(static_cast<size_t>(l.table.num_rows), 0.f);
@@ -30,6 +31,7 @@ void CacheManager::add_scores(SeqId seq, int64_t lane, const float* mass, int64_
 }
 
 void CacheManager::reset_scores(SeqId seq) {
+  remember(seq);
   for (BaseLane& l : state(seq).lanes) l.scores.assign(static_cast<size_t>(l.table.num_rows), 0.f);
 }
 

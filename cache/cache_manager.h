@@ -35,8 +35,8 @@
 //
 // Transactions: an engine step reserves rows before its forward pass writes them, and
 // either keeps them or, when the step fails or defers a work item, gives them back. Between
-// begin_transaction() and commit_transaction() / rollback_transaction(), create, attach and
-// append can be undone (each sequence's state is saved when the level first touches it;
+// begin_transaction() and commit_transaction() / rollback_transaction(), create, attach,
+// append and the rows' scores (add_scores, reset_scores) can be undone (each sequence's state is saved when the level first touches it;
 // rollback restores it and fixes the blocks' reference counts). Levels nest: one work
 // item's admission rolls back alone or merges into the step's level. Blocks enter the
 // prefix index only when the outermost level commits, after the rows were written, so a
@@ -180,6 +180,41 @@ struct StorageOps {
   std::vector<SlotMove> moves;
 };
 
+class CacheManager;
+
+// A compaction planned in full (CacheManager::plan_compact): the moves, and every table and
+// row list of the sequence as they will be, built before anything changes.
+class PlannedCompaction {
+ public:
+  PlannedCompaction(CacheManager& manager, SeqId seq) : manager_(&manager), seq_(seq) {}
+  PlannedCompaction(PlannedCompaction&& other) noexcept;
+  PlannedCompaction& operator=(PlannedCompaction&&) = delete;
+  PlannedCompaction(const PlannedCompaction&) = delete;
+  ~PlannedCompaction();  // uncommitted: gives back the blocks taken for copies
+  const StorageOps& ops() const { return ops_; }
+
+ private:
+  friend class CacheManager;
+  struct Lane {
+    int64_t lane = 0;
+    BlockTable base;
+    std::vector<std::pair<size_t, BlockTable>> residual;  // (stream index, table after)
+    std::vector<int32_t> positions;
+    std::vector<uint8_t> live;
+    std::vector<float> scores;
+    int64_t num_evicted = 0;
+  };
+  CacheManager* manager_;  // null once committed or moved from
+  SeqId seq_;
+  int64_t first_changed_ = -1;  // the chains end before this block
+  StorageOps ops_;
+  std::vector<Lane> lanes_;             // the lanes that change
+  std::vector<BlockRef> taken_;         // fresh blocks for copies of shared ones
+  std::vector<BlockRef> replaced_;      // the shared blocks those copies replace: released at commit
+  std::vector<BlockRef> unindexed_;     // own blocks whose rows change: unindexed at commit
+  std::vector<BlockRef> released_;      // blocks past the new ends: released at commit
+};
+
 // Where one lane's new rows go: row j is token_offsets[j] of the request, stored at slots[j].
 struct LaneSlots {
   int32_t pool = -1;  // the pool the slots are in; -1 when the lane gets no rows
@@ -209,6 +244,7 @@ struct PrefixMatch {
 class CacheManager {
  public:
   explicit CacheManager(CacheConfig config);
+  friend class PlannedCompaction;  // gives its taken blocks back
 
   const CacheConfig& config() const { return config_; }
   const CacheLayout& layout() const { return config_.layout; }
@@ -259,6 +295,12 @@ class CacheManager {
 
   Capacity can_compact(SeqId seq, const KeepSets& keep) const;
   std::optional<StorageOps> compact(SeqId seq, const KeepSets& keep);
+  // compact() in two phases, for a caller that moves the rows between them: plan_compact
+  // computes everything (it may throw; it changes nothing but blocks it takes for copies,
+  // which go back when the plan is dropped uncommitted), commit_compact applies it without
+  // allocating. So a failure never leaves tables that point at rows not yet moved.
+  std::optional<PlannedCompaction> plan_compact(SeqId seq, const KeepSets& keep);
+  void commit_compact(PlannedCompaction& plan) noexcept;
 
   // Eviction without moving a row (docs/cache_layout.md, "Eviction"): every live row of a
   // lane not in its keep set leaves the sequence's view. A block none of whose rows stay is
@@ -274,9 +316,10 @@ class CacheManager {
   EvictionOutcome evict(SeqId seq, const KeepSets& keep);
   // Per lane, the live rows (ascending row indices).
   std::vector<int64_t> live_rows(SeqId seq, int64_t lane) const;
-  // Adds mass[i] to the score of row i of the lane, i < rows (rows from the first).
+  // Adds mass[i] to the score of row i of the lane, i < rows (rows from the first). Inside
+  // a transaction, journaled like an append: a rollback gives the scores back.
   void add_scores(SeqId seq, int64_t lane, const float* mass, int64_t rows);
-  // Every row's score back to 0 (an observation window starts again).
+  // Every row's score back to 0 (an observation window starts again); journaled alike.
   void reset_scores(SeqId seq);
 
   // Drops every reference the sequence holds; blocks reaching zero return to their pool.
@@ -313,8 +356,10 @@ class CacheManager {
   std::optional<std::vector<BlockId>> take_blocks(int32_t pool, int64_t n, uint32_t tag);
   // Drops the index entry holding `block` and its dependents; their cached blocks become free.
   void unindex(BlockRef block);
-  void compact_table(int32_t pool, BlockTable& table, const std::vector<int64_t>& keep, uint32_t tag,
-                     StorageOps& ops, std::vector<BlockRef>& to_release);
+  // One table's part of a compaction plan: its table after it, the moves, and the blocks
+  // the commit unindexes, releases and replaces by the copies taken here.
+  BlockTable plan_table(int32_t pool, const BlockTable& table, const std::vector<int64_t>& keep, uint32_t tag,
+                        PlannedCompaction& plan);
   // Drops block `block` of one base lane and of every residual lane beside it.
   void drop_lane_block(SequenceState& s, int64_t lane, int64_t block, EvictionOutcome& out);
   // Ends the sequence's chains before `first_block` (unindexing those entries) and stops

@@ -2,6 +2,7 @@
 // prefix matching and registration, sequence creation from a match, forks, residual
 // stream attachment, and compaction with copy-on-write.
 #include <algorithm>
+#include <utility>
 
 #include "lorakv/cache/cache_manager.h"
 #include "lorakv/common/errors.h"
@@ -229,94 +230,133 @@ Capacity CacheManager::can_compact(SeqId seq, const KeepSets& keep) const {
   return cap;
 }
 
-// Rewrites one table: copies shared blocks that receive rows, unindexes private ones whose
-// content changes, emits the moves, and queues the blocks past the new end for release
-// (released only after every lane is planned, so no block freed here is reallocated while
-// its rows are still a move's source).
-void CacheManager::compact_table(int32_t pool, BlockTable& table, const std::vector<int64_t>& keep, uint32_t tag,
-                                 StorageOps& ops, std::vector<BlockRef>& to_release) {
+// One table's plan: shared blocks that receive rows get a fresh copy (taken now, the shared
+// one released at the commit), own blocks whose content changes leave the index at the
+// commit, the moves are emitted, and the blocks past the new end are released at the
+// commit (after every lane moved, so no block is reused while its rows are a move's source).
+BlockTable CacheManager::plan_table(int32_t pool, const BlockTable& table, const std::vector<int64_t>& keep, uint32_t tag,
+                                    PlannedCompaction& plan) {
   const int64_t bs = layout().block_size;
-  const CompactionPlan plan = plan_compaction(table.num_rows, keep, bs);
+  const CompactionPlan layout_plan = plan_compaction(table.num_rows, keep, bs);
   BlockAllocator& alloc = allocators_[static_cast<size_t>(pool)];
-  const std::vector<BlockId> before = table.blocks;
-  for (int64_t b : plan.rewritten_blocks) {
-    BlockId& block = table.blocks[static_cast<size_t>(b)];
+  BlockTable after = table;
+  for (int64_t b : layout_plan.rewritten_blocks) {
+    BlockId& block = after.blocks[static_cast<size_t>(b)];
     if (alloc.refcount(block) > 1) {
+      plan.taken_.reserve(plan.taken_.size() + 1);
+      plan.replaced_.reserve(plan.replaced_.size() + 1);
       const std::optional<std::vector<BlockId>> copy_block = take_blocks(pool, 1, tag);  // counted by can_compact
       LORAKV_ASSERT(copy_block.has_value(), "copy-on-write ran out of blocks after can_compact said yes");
       const BlockId copy = copy_block->front();
-      ops.copies.push_back({pool, block, copy});
-      alloc.release(block);
+      plan.taken_.push_back({pool, copy});  // reserved: cannot throw once the block is taken
+      plan.replaced_.push_back({pool, block});
+      plan.ops_.copies.push_back({pool, block, copy});
       block = copy;
     } else {
-      unindex({pool, block});
+      plan.unindexed_.push_back({pool, block});
     }
   }
-  if (plan.truncated_block >= 0) {
-    const BlockId block = table.blocks[static_cast<size_t>(plan.truncated_block)];
-    if (alloc.refcount(block) == 1) unindex({pool, block});
+  if (layout_plan.truncated_block >= 0) {
+    const BlockId block = table.blocks[static_cast<size_t>(layout_plan.truncated_block)];
+    if (alloc.refcount(block) == 1) plan.unindexed_.push_back({pool, block});
   }
-  for (const RowMove& m : plan.moves) {
-    const int64_t src = before[static_cast<size_t>(m.src_row / bs)].value() * bs + m.src_row % bs;
-    const int64_t dst = table.blocks[static_cast<size_t>(m.dst_row / bs)].value() * bs + m.dst_row % bs;
-    ops.moves.push_back({pool, src, dst});
+  for (const RowMove& m : layout_plan.moves) {
+    const int64_t src = table.blocks[static_cast<size_t>(m.src_row / bs)].value() * bs + m.src_row % bs;
+    const int64_t dst = after.blocks[static_cast<size_t>(m.dst_row / bs)].value() * bs + m.dst_row % bs;
+    plan.ops_.moves.push_back({pool, src, dst});
   }
-  for (auto b = static_cast<size_t>(plan.num_blocks_after); b < table.blocks.size(); ++b) {
-    to_release.push_back({pool, table.blocks[b]});
+  for (auto b = static_cast<size_t>(layout_plan.num_blocks_after); b < after.blocks.size(); ++b) {
+    plan.released_.push_back({pool, after.blocks[b]});
   }
-  table.blocks.resize(static_cast<size_t>(plan.num_blocks_after));
-  table.num_rows = plan.num_rows_after;
+  after.blocks.resize(static_cast<size_t>(layout_plan.num_blocks_after));
+  after.num_rows = layout_plan.num_rows_after;
+  return after;
 }
 
-std::optional<StorageOps> CacheManager::compact(SeqId seq, const KeepSets& keep) {
+std::optional<PlannedCompaction> CacheManager::plan_compact(SeqId seq, const KeepSets& keep) {
   if (!can_compact(seq, keep).ok) return std::nullopt;
   LORAKV_ASSERT(journal_.empty(), "compaction inside a transaction (released blocks could not come back on rollback)");
-  SequenceState& s = state(seq);
+  const SequenceState& s = sequence(seq);
+  PlannedCompaction plan(*this, seq);
   // The chains end before the first block that changes: blocks before it keep every row
   // and stay indexed (a reader joining later adopts their residual rows).
-  int64_t first_changed = -1;
   for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
     const std::vector<int64_t>& k = keep[static_cast<size_t>(lane)];
     int64_t j = 0;
     while (j < static_cast<int64_t>(k.size()) && k[static_cast<size_t>(j)] == j) ++j;
     if (j == s.lanes[static_cast<size_t>(lane)].table.num_rows) continue;  // keeps everything
     const int64_t block = j / layout().block_size;
-    first_changed = first_changed < 0 ? block : std::min(first_changed, block);
+    plan.first_changed_ = plan.first_changed_ < 0 ? block : std::min(plan.first_changed_, block);
   }
-  if (first_changed >= 0) cut_chains(s, first_changed);
-  StorageOps ops;
-  std::vector<BlockRef> to_release;
   const uint32_t base_tag = tag_for(s.base_key.adapter);
-  bool changed = false;
   for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
     const std::vector<int64_t>& k = keep[static_cast<size_t>(lane)];
-    BaseLane& base = s.lanes[static_cast<size_t>(lane)];
+    const BaseLane& base = s.lanes[static_cast<size_t>(lane)];
     if (static_cast<int64_t>(k.size()) == base.table.num_rows) continue;  // keeps everything
-    changed = true;
-    for (ResidualStream& r : s.residuals) {
+    PlannedCompaction::Lane after;
+    after.lane = lane;
+    for (size_t i = 0; i < s.residuals.size(); ++i) {
+      const ResidualStream& r = s.residuals[i];
       const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
       if (pool < 0) continue;
-      BlockTable& t = r.lanes[static_cast<size_t>(lane)];
-      compact_table(pool, t, keep_below(k, t.num_rows), tag_for(r.key.adapter), ops, to_release);
+      const BlockTable& t = r.lanes[static_cast<size_t>(lane)];
+      after.residual.emplace_back(i, plan_table(pool, t, keep_below(k, t.num_rows), tag_for(r.key.adapter), plan));
     }
-    compact_table(0, base.table, k, base_tag, ops, to_release);
-    std::vector<int32_t> positions;
-    std::vector<uint8_t> live;
-    std::vector<float> scores;
-    positions.reserve(k.size());
+    after.base = plan_table(0, base.table, k, base_tag, plan);
+    after.positions.reserve(k.size());
     for (int64_t row : k) {
-      positions.push_back(base.positions[static_cast<size_t>(row)]);
-      if (!base.live.empty()) live.push_back(base.live[static_cast<size_t>(row)]);
-      if (!base.scores.empty()) scores.push_back(base.scores[static_cast<size_t>(row)]);
+      after.positions.push_back(base.positions[static_cast<size_t>(row)]);
+      if (!base.live.empty()) after.live.push_back(base.live[static_cast<size_t>(row)]);
+      if (!base.scores.empty()) after.scores.push_back(base.scores[static_cast<size_t>(row)]);
     }
-    base.positions = std::move(positions);
-    base.num_evicted = static_cast<int64_t>(std::count(live.begin(), live.end(), uint8_t{0}));
-    base.live = base.num_evicted > 0 ? std::move(live) : std::vector<uint8_t>{};
-    base.scores = std::move(scores);
+    after.num_evicted = static_cast<int64_t>(std::count(after.live.begin(), after.live.end(), uint8_t{0}));
+    if (after.num_evicted == 0) after.live.clear();
+    plan.lanes_.push_back(std::move(after));
   }
-  for (BlockRef b : to_release) release_block(b.pool, b.block);
-  LORAKV_ASSERT(changed == (first_changed >= 0), "compaction: changed lanes disagree");
+  LORAKV_ASSERT(plan.lanes_.empty() == (plan.first_changed_ < 0), "compaction: changed lanes disagree");
+  return plan;
+}
+
+void CacheManager::commit_compact(PlannedCompaction& plan) noexcept {
+  SequenceState& s = seqs_.at(plan.seq_);
+  for (BlockRef b : plan.unindexed_) unindex(b);
+  if (plan.first_changed_ >= 0) cut_chains(s, plan.first_changed_);
+  for (PlannedCompaction::Lane& after : plan.lanes_) {
+    BaseLane& base = s.lanes[static_cast<size_t>(after.lane)];
+    for (auto& [stream, table] : after.residual) s.residuals[stream].lanes[static_cast<size_t>(after.lane)] = std::move(table);
+    base.table = std::move(after.base);
+    base.positions = std::move(after.positions);
+    base.live = std::move(after.live);
+    base.scores = std::move(after.scores);
+    base.num_evicted = after.num_evicted;
+  }
+  for (BlockRef b : plan.replaced_) allocators_[static_cast<size_t>(b.pool)].release(b.block);
+  for (BlockRef b : plan.released_) release_block(b.pool, b.block);
+  plan.manager_ = nullptr;  // the copies belong to the sequence now
+}
+
+std::optional<StorageOps> CacheManager::compact(SeqId seq, const KeepSets& keep) {
+  std::optional<PlannedCompaction> plan = plan_compact(seq, keep);
+  if (!plan) return std::nullopt;
+  StorageOps ops = plan->ops();
+  commit_compact(*plan);
   return ops;
+}
+
+PlannedCompaction::PlannedCompaction(PlannedCompaction&& other) noexcept
+    : manager_(std::exchange(other.manager_, nullptr)),
+      seq_(other.seq_),
+      first_changed_(other.first_changed_),
+      ops_(std::move(other.ops_)),
+      lanes_(std::move(other.lanes_)),
+      taken_(std::move(other.taken_)),
+      replaced_(std::move(other.replaced_)),
+      unindexed_(std::move(other.unindexed_)),
+      released_(std::move(other.released_)) {}
+
+PlannedCompaction::~PlannedCompaction() {
+  if (!manager_) return;
+  for (BlockRef b : taken_) manager_->allocators_[static_cast<size_t>(b.pool)].release(b.block);
 }
 
 }  // namespace lorakv::cache

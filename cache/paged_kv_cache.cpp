@@ -211,9 +211,15 @@ bool PagedKvCache::adopt_suffix(SeqId seq, SeqId suffix) {
 }
 
 bool PagedKvCache::compact(SeqId seq, const KeepSets& keep) {
-  std::optional<StorageOps> ops = manager_.compact(seq, keep);
-  if (!ops) return false;
-  for (BlockPool& p : pools_) p.apply(*ops);
+  // Everything that can fail first (the plan, reading the rows to move); then the rows and
+  // the tables change together, with nothing left to fail between them.
+  std::optional<PlannedCompaction> plan = manager_.plan_compact(seq, keep);
+  if (!plan) return false;
+  std::vector<BlockPool::PreparedRows> rows;
+  rows.reserve(pools_.size());
+  for (const BlockPool& p : pools_) rows.push_back(p.prepare(plan->ops()));
+  for (size_t p = 0; p < pools_.size(); ++p) pools_[p].write(rows[p]);
+  manager_.commit_compact(*plan);
   note_usage();
   return true;
 }

@@ -9,6 +9,7 @@
 #include "lorakv/cache/paged_kv_cache.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/common/logging.h"
+#include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 
 namespace lorakv::cli {
@@ -72,16 +73,6 @@ double score_rows(const at::Tensor& logits, int64_t first, const std::vector<int
   return -picked.to(at::kDouble).sum().item<double>();
 }
 
-runtime::CapacityError deferred_error(const runtime::Engine& engine, const runtime::StepResult& r, size_t window_tokens,
-                                      int64_t chunk) {
-  const std::string reason = r.admissions.empty() ? "" : r.admissions.front().reason;
-  return runtime::CapacityError(
-      "a step of a " + std::to_string(window_tokens) + "-token window (chunks of " + std::to_string(chunk) +
-          ") did not fit the KV pools: " + reason,
-      {"", "--context", "pools of " + std::to_string(engine.options().base_rows) + " rows per lane", "",
-       "a smaller --context or --chunk"});
-}
-
 void add_step_stats(const runtime::StepStats& s, PerplexityTotals& t) {
   ++t.steps;
   t.tokens_processed += s.tokens_processed;
@@ -92,26 +83,36 @@ void add_step_stats(const runtime::StepStats& s, PerplexityTotals& t) {
   t.loss_bound_terms += s.loss_bound_terms;
 }
 
-// One window as a fresh context read by the base model; returns its peak KV bytes after a step.
+// One window as a fresh context read by the base model, teacher-forced through the driver
+// (every row's logits, eviction between chunks); returns its peak KV bytes after a step.
 int64_t score_window(runtime::Engine& engine, const std::vector<int32_t>& window, const PerplexitySettings& s,
                      PerplexityTotals& t, const std::function<void(const std::vector<KeptLane>&)>& on_kept) {
   runtime::ContextOptions options;
   options.mode = runtime::SharingMode::kFull;
   options.eviction = s.eviction;
   const runtime::ContextId ctx = engine.create_context(options, {nullptr});
-  const runtime::ReaderRef reader{ctx, 0};
   engine.append(ctx, window);
   int64_t peak = 0;
-  while (engine.pending_tokens(reader) > 0) {
-    const runtime::StepResult r =
-        engine.step({runtime::StepWork{reader, runtime::StepWork::Kind::kContext, {}, s.chunk, /*all_logits=*/true}});
-    if (!r.ok) throw deferred_error(engine, r, window.size(), s.chunk);
-    const runtime::StepOutput& out = r.outputs.at(0);
-    LORAKV_ASSERT(out.tokens_processed > 0, "a context step with tokens pending processed none");
-    t.nll_sum += score_rows(out.logits, out.first_position, window, t.tokens_scored);
+  const runtime::StepHook after_step = [&](runtime::Engine& e, const runtime::StepResult& r) {
     add_step_stats(r.stats, t);
-    t.kv_bytes_final = engine.memory().cache.bytes_in_use;
+    t.kv_bytes_final = e.memory().cache.bytes_in_use;
     peak = std::max(peak, t.kv_bytes_final);
+  };
+  std::vector<runtime::DriverJob> jobs(1);
+  jobs[0].reader = {ctx, 0};
+  jobs[0].max_chunk = s.chunk;
+  jobs[0].all_logits = true;
+  jobs[0].on_output = [&](const runtime::StepOutput& out) {
+    t.nll_sum += score_rows(out.logits, out.first_position, window, t.tokens_scored);
+  };
+  try {
+    runtime::Driver(engine, after_step).run(jobs);
+  } catch (const runtime::CapacityError& e) {
+    throw runtime::CapacityError(
+        "a step of a " + std::to_string(window.size()) + "-token window (chunks of " + std::to_string(s.chunk) +
+            ") did not fit the KV pools: " + e.message(),
+        {"", "--context", "pools of " + std::to_string(engine.options().base_rows) + " rows per lane", "",
+         "a smaller --context or --chunk"});
   }
   if (on_kept) on_kept(kept_lanes(engine));
   engine.release_context(ctx);

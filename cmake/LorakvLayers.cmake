@@ -8,8 +8,8 @@
 #
 # Allowed dependencies (downward only):
 #   cli -> agents -> runtime -> adapters -> cache -> kernels -> formats -> common
-# A layer whose folder has no CMakeLists.txt yet (agents/, until the sessions land) keeps its
-# place in the table and builds nothing.
+# A layer whose folder has no CMakeLists.txt keeps its place in the table and builds nothing
+# (lorakv_present_layers); every layer in the table has one today.
 # A layer may build more libraries than lorakv_<layer>: parts (lorakv_layer_part), each from
 # one subfolder, e.g. lorakv_agents_config from agents/config/ (torch-free, so programs and
 # tests that need only the session configs do not link libtorch).

@@ -1,6 +1,11 @@
 // common/errors.h: the typed errors lorakv throws for bad user input (files, configs,
-// adapters), and the check macros used at op boundaries. Capacity outcomes are values,
-// never exceptions (see cache/). One catch sits at the CLI's main.
+// adapters), and the check macros used at op boundaries. The cache layer returns capacity
+// outcomes as values (std::nullopt / false, see cache/), and Engine::step reports work the
+// pools cannot take now as deferred (StepResult::admissions). Callers that cannot go on
+// turn a shortfall into runtime::CapacityError (runtime/engine.h): the driver when a step
+// admits nothing, a restore of saved rows that do not fit, generate() when a reply's rows
+// cannot join their context; the sessions API reports it as agents::SessionCapacityError.
+// One catch sits at the CLI's main.
 #pragma once
 
 #include <sstream>

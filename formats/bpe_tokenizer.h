@@ -98,11 +98,13 @@ class BpeTokenizer {
   std::vector<std::string> pieces_;              // decoded bytes per token
 };
 
-// Turns a stream of generated ids into printable text without ever splitting a UTF-8
-// character: feed() returns only complete characters and holds back a trailing partial
-// multi-byte sequence until the bytes that finish it arrive. Concatenating every feed()
-// and the final flush() gives exactly decode() of all ids. One decoder per stream; it
-// keeps a reference to the tokenizer, which must outlive it.
+// Turns a stream of generated ids into text without splitting a UTF-8 character between
+// feed() calls: feed() holds back a trailing multi-byte sequence that is valid so far but
+// incomplete until the bytes that finish it arrive (utf8_complete_prefix); invalid bytes
+// pass through. flush() returns what is held back as it is, so a stream that ends inside a
+// character ends with its partial bytes. Concatenating every feed() and the final flush()
+// gives exactly decode() of all ids. One decoder per stream; it keeps a reference to the
+// tokenizer, which must outlive it.
 class StreamingDecoder {
  public:
   explicit StreamingDecoder(const BpeTokenizer& tokenizer, bool render_special = true)

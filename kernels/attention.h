@@ -1,7 +1,7 @@
 // kernels/attention.h: dense causal attention over one sequence's cached rows, with GQA
 // and masks computed from stored token positions (rows may be out of order after
-// eviction). This is the plain ATen path; the fused base + low-rank kernel of a later
-// issue must match it.
+// eviction). This is the plain ATen path: the forward pass runs it for head sizes the fused
+// kernel (kernels/lora_attention.h) does not take (runtime/layer_attention.h).
 #pragma once
 
 #include <ATen/ATen.h>

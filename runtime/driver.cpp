@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <string>
 
 #include "lorakv/common/errors.h"
@@ -58,6 +59,7 @@ std::optional<StepWork> schedule(Engine& engine, Slot& s) {
   if (s.phase == Phase::kDone) return std::nullopt;
   StepWork w;
   w.reader = s.job->reader;
+  w.all_logits = s.job->all_logits;
   if (s.phase == Phase::kContext) {
     w.kind = StepWork::Kind::kContext;
     w.max_tokens = s.job->max_chunk;
@@ -152,6 +154,8 @@ void add_stats(DriverStats& stats, const StepResult& result) {
   stats.write_seconds += result.stats.write_seconds;
   stats.views_seconds += result.stats.views_seconds;
   stats.kernel_seconds += result.stats.kernel_seconds;
+  stats.rows_evicted += result.stats.rows_evicted;
+  stats.evict_seconds += result.stats.evict_seconds;
 }
 
 }  // namespace
@@ -193,6 +197,14 @@ bool Driver::step_over(std::map<JobId, Slot>& slots) {
     for (JobId id : fill.owner) fail(slots.at(id), std::current_exception());
     return true;
   }
+  // The step's rows stand from here on: a failure of eviction or of the hook is reported
+  // (rethrown) only after every job has its output.
+  std::exception_ptr after_step;
+  try {
+    engine_.evict(result.stats);
+  } catch (...) {
+    after_step = std::current_exception();
+  }
   add_stats(stats_, result);
   if (result.stats.admitted == 0) {
     Slot& first = slots.at(fill.owner.front());
@@ -204,16 +216,25 @@ bool Driver::step_over(std::map<JobId, Slot>& slots) {
       if (!fail(first, std::current_exception())) throw;
     }
   }
-  if (hook_) hook_(engine_, result);  // the engine as the step left it
+  if (hook_) {
+    try {
+      hook_(engine_, result);  // the engine as the step and its eviction left it
+    } catch (...) {
+      if (!after_step) after_step = std::current_exception();
+    }
+  }
   for (size_t e = 0; e < fill.work.size(); ++e) {
     if (!result.admissions[e].admitted) continue;
     Slot& s = slots.at(fill.owner[e]);
     try {
       take_output(engine_, s, result.outputs[e]);
     } catch (...) {
-      if (!fail(s, std::current_exception())) throw;
+      if (!fail(s, std::current_exception())) {
+        if (!after_step) after_step = std::current_exception();
+      }
     }
   }
+  if (after_step) std::rethrow_exception(after_step);
   return true;
 }
 
@@ -244,6 +265,19 @@ bool Driver::cancel(JobId job) {
 bool Driver::step() { return step_over(*jobs_); }
 
 size_t Driver::num_jobs() const { return jobs_->size(); }
+
+DriverJob forced_decode_job(ReaderRef reader, std::vector<int32_t> tokens) {
+  LORAKV_CHECK(!tokens.empty(), InvalidArgumentError, "forced_decode_job needs at least one token");
+  DriverJob job;
+  job.reader = reader;
+  job.suffix = {tokens.front()};
+  auto next = std::make_shared<size_t>(1);  // index of the token after the one just run
+  job.next = [tokens = std::move(tokens), next](const at::Tensor&) -> std::optional<int32_t> {
+    if (*next >= tokens.size()) return std::nullopt;
+    return tokens[(*next)++];
+  };
+  return job;
+}
 
 at::Tensor prefill(Engine& engine, ReaderRef reader, const StepHook& hook) {
   Driver driver(engine, hook);

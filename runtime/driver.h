@@ -1,10 +1,15 @@
 // runtime/driver.h: the one loop that drives an Engine. Jobs say what a reader wants: its
 // context processed (in chunks), private tokens run after it (an agent's instruction), and
 // tokens generated one per step while a callback returns them. The driver turns the jobs
-// into steps (schedule), runs them one at a time (step), hands each job its logits and calls
-// the step hook (finish). generate(), the benchmarks and the tests drive the engine through
-// run(); the sessions' scheduler adds jobs between steps (add, cancel, step) on its own
-// thread. Not thread-safe: one thread uses a driver and its engine.
+// into steps (schedule), runs them one at a time (step), evicts after each (Engine::evict),
+// calls the step hook and hands each job its logits (finish). generate(), perplexity, the
+// benchmarks and the tests drive the engine through run(); the sessions' scheduler adds jobs
+// between steps (add, cancel, step) on its own thread. Not thread-safe: one thread uses a
+// driver and its engine.
+//
+// Teacher forcing (DriverJob::all_logits): a job that only processes text (no `next`) and
+// asks for every row's logits gets them chunk by chunk through on_output, with eviction
+// between chunks: what perplexity and the fidelity replays read.
 //
 // A step's token budget (DriverOptions::step_token_budget) is filled as vLLM's chunked
 // prefill fills it: private tokens first (each generating job's next token, suffixes), by
@@ -36,8 +41,12 @@ struct DriverJob {
   // Called once when the job is done or cancelled; the driver never touches the job's reader
   // after it (it may release the context).
   std::function<void()> on_done;
-  // Called with each step output of the job's work (its tokens processed, prefix hits).
+  // Called with each step output of the job's work (its tokens processed, prefix hits, and
+  // its logits: the last row's, or every row's with all_logits).
   std::function<void(const StepOutput&)> on_output;
+  // Every processed row's logits to on_output (context chunks and the suffix), not only
+  // the last: the teacher-forced job kind.
+  bool all_logits = false;
   // When set, a failure of this job (a callback threw, or the pools cannot hold its next step
   // even when it runs alone) is handed here instead of propagating, the job ends (on_done is
   // not called) and the driver goes on with the others.
@@ -53,8 +62,8 @@ struct DriverJob {
   int64_t prefix_hit_tokens = 0;  // out: its context tokens adopted from the prefix index
 };
 
-// Called after every step, before the jobs see its outputs, with the engine (mutable: a
-// policy may compact or release between steps) and what the step did.
+// Called after every step and its eviction, before the jobs see its outputs, with the engine
+// (mutable: a policy may compact or release between steps) and what the step did.
 using StepHook = std::function<void(Engine& engine, const StepResult& result)>;
 
 struct DriverOptions {
@@ -67,6 +76,8 @@ struct DriverStats {
   int64_t tokens_processed = 0, prefix_hit_tokens = 0, deferred = 0;
   double admit_seconds = 0, run_seconds = 0, commit_seconds = 0;
   double write_seconds = 0, views_seconds = 0, kernel_seconds = 0;
+  int64_t rows_evicted = 0;
+  double evict_seconds = 0;
 };
 
 using JobId = int64_t;
@@ -83,8 +94,10 @@ class Driver {
   // step admits none of the work (the pools cannot hold it even alone), ConfigError for a
   // job that generates but has no logits to start from (it read rows others wrote and has
   // no suffix). An exception from a step or a callback of a job without on_error leaves the
-  // engine usable (a failed step is rolled back) and the remaining jobs unfinished. Jobs
-  // added with add() wait until run() returns.
+  // engine usable (a failed step is rolled back) and the remaining jobs unfinished. An
+  // exception from the eviction after a step or from the hook comes after every job of the
+  // step has its output (the step's rows stand; the next eviction evicts what is left).
+  // Jobs added with add() wait until run() returns.
   void run(std::vector<DriverJob>& jobs);
 
   // Incremental use: jobs join between steps and leave when done or cancelled.
@@ -111,6 +124,11 @@ class Driver {
   std::unique_ptr<std::map<JobId, Slot>> jobs_;  // added with add()
   JobId next_job_ = 0;
 };
+
+// A job that runs `tokens` (at least one) as the reader's private work one token a step,
+// as decoding runs them, whatever its logits say: teacher-forced decoding (the decode
+// benchmarks). Processes the reader's pending context first.
+DriverJob forced_decode_job(ReaderRef reader, std::vector<int32_t> tokens);
 
 // Processes everything `reader` needs of its context, through a Driver. Returns float32
 // [vocab]: the reader's logits at the context's last token when it processed that token,

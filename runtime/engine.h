@@ -21,10 +21,13 @@
 // entries before it reserved and reserved at once, or deferred (not enough free blocks)
 // with its own changes undone; StepResult::admissions says which and why. Rows enter the
 // prefix index only after the forward pass wrote them. A step that throws after admission
-// (an allocation failure, a kernel argument error) rolls back every reservation and every
-// row it created and rethrows: the engine is as before the step and stays usable.
+// (an allocation failure, a kernel argument error) rolls back every reservation, every row
+// it created and every score and anchor it added, and rethrows: the engine is as before the
+// step and stays usable. Once committed, a step throws nothing; eviction down to the
+// contexts' budgets is the phase after it (Engine::evict).
 // The engine runs one step when asked; runtime/driver.h is the loop that asks (chunked
-// prefill, decoding, a hook after every step). Not thread-safe: one step at a time.
+// prefill, teacher-forced chunks, decoding; eviction and a hook after every step). Not
+// thread-safe: one step at a time.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -47,7 +50,6 @@ namespace lorakv::runtime {
 using ContextId = StrongId<struct ContextTag>;
 struct ContextState;  // engine_state.h
 struct ReaderState;
-struct StepMass;      // step_items.h
 
 // One reader of one context.
 struct ReaderRef {
@@ -299,7 +301,14 @@ class Engine {
   // does not allow (private work for a reader that has neither processed the context nor
   // started a reply, two work items for one reader, an unknown context or reader). A reader
   // mid-reply (it has private rows) may go on replying while others append to its context.
+  // Once the step's rows are committed it throws nothing; eviction is the next phase (evict).
   StepResult step(const std::vector<StepWork>& work);
+  // The phase after a step: every context over its token budget evicted down to it (its
+  // policy chooses; docs/eviction.md), with the loss bound from the last step's attention
+  // mass; the eviction fields of `stats` (rows_evicted, blocks_dropped, rows_packed,
+  // evict_seconds, loss_bound) are set. The driver calls it after every step. A throw leaves
+  // the step's rows and the sequences evicted before it; the next call evicts the rest.
+  void evict(StepStats& stats);
 
   // Context tokens `reader` still has to process (0: it can run private work).
   int64_t pending_tokens(ReaderRef reader) const;
@@ -332,6 +341,9 @@ class Engine {
   // per_head_token_sets): the shared rows, or in `full` reader `reader`'s own rows. Empty
   // lanes before the rows exist. What `lorakv perplexity --dump-kept` writes.
   std::vector<std::vector<int32_t>> kept_positions(ContextId context, int32_t reader = 0) const;
+  // capkv: the queries summed so far into the anchor of the same rows (the shared rows, or
+  // in `full` reader `reader`'s own rows); 0 for other policies.
+  int64_t anchor_queries(ContextId context, int32_t reader = 0) const;
   // Most positions one context may reach: the model's context length.
   int64_t max_context_tokens() const;
   // The most tokens `context`'s trajectory may hold: the model's context, or unbounded for a
@@ -344,9 +356,6 @@ class Engine {
 
  private:
   void validate_work(const std::vector<StepWork>& work) const;
-  // After a step: every context over its budget evicted down to it (engine_eviction.cpp);
-  // `mass`: the step's attention mass kept for the loss bound.
-  void evict_over_budget(StepStats& stats, const std::vector<StepMass>& mass);
   SeqId adoption_target(const ContextState& c, const ReaderState& r) const;
 
   const LlamaModel& model_;
@@ -355,7 +364,9 @@ class Engine {
   std::unique_ptr<State> state_;
 };
 
-// Thrown by the driver (runtime/driver.h) when the cache has no room; names the pool.
+// The cache has no room for work that cannot wait: thrown by the driver (runtime/driver.h)
+// when a step admits nothing, by import_context for rows that do not fit, and by generate()
+// for a reply's rows; names the pool.
 class CapacityError : public Error {
  public:
   explicit CapacityError(const std::string& message, ErrorContext context = {})

@@ -1,6 +1,7 @@
-// runtime/engine_eviction.cpp: keeping contexts within their token budget. After each step,
-// every sequence of rows a policy governs (a context's shared rows, or each reader's own
-// rows in `full`) that holds more live rows per lane than the budget is evicted down to it:
+// runtime/engine_eviction.cpp: keeping contexts within their token budget. In the phase after
+// each step (Engine::evict, which the driver calls), every sequence of rows a policy governs
+// (a context's shared rows, or each reader's own rows in `full`) that holds more live rows
+// per lane than the budget is evicted down to it:
 // the policy chooses per lane among the live rows (cache/eviction/), the cache drops whole
 // blocks and masks the rest (CacheManager::evict), and when masked rows hold too much of
 // the sequence's blocks, it packs them (compaction) so their blocks return too.
@@ -185,9 +186,23 @@ at::Tensor rotated_anchor(const ContextState& c, SeqId seq, const Engine::State&
 
 }  // namespace
 
+namespace {
+
+// The rows eviction governs that `reader` reads: the shared rows, or in `full` its own.
+SeqId evictable_seq_of(const Engine::State& st, ContextId context, int32_t reader) {
+  const ContextState& c = st.context(context);
+  return c.options.mode == SharingMode::kFull ? st.reader({context, reader}).own_seq : c.shared_seq;
+}
+
+}  // namespace
+
+int64_t Engine::anchor_queries(ContextId context, int32_t reader) const {
+  const QueryAnchor* a = state_->context(context).query_anchor(evictable_seq_of(*state_, context, reader));
+  return a ? a->count : 0;
+}
+
 std::vector<std::vector<int32_t>> Engine::kept_positions(ContextId context, int32_t reader) const {
-  const ContextState& c = state_->context(context);
-  const SeqId seq = c.options.mode == SharingMode::kFull ? state_->reader({context, reader}).own_seq : c.shared_seq;
+  const SeqId seq = evictable_seq_of(*state_, context, reader);
   std::vector<std::vector<int32_t>> lanes(static_cast<size_t>(cache_->layout().num_lanes()));
   if (!seq.valid()) return lanes;
   const cache::SequenceState& s = cache_->manager().sequence(seq);
@@ -215,10 +230,59 @@ const StepMass* mass_of(const std::vector<StepMass>& mass, SeqId seq) {
   return it == mass.end() ? nullptr : &*it;
 }
 
+// Evicts `seq` (over its budgets) down to them: the policy's keep sets per layer, the loss
+// bound against the last step's mass, then the cache's eviction.
+void evict_seq(cache::PagedKvCache& cache, Engine::State& st, const LlamaModel& model, const ContextState& c, SeqId seq,
+               const std::vector<int64_t>& budgets, const std::vector<StepMass>& mass, StepStats& stats) {
+  const cache::CacheLayout& layout = cache.layout();
+  const auto tokens = static_cast<int64_t>(c.tokens.size());
+  at::Tensor anchor;  // capkv: float32 [layers, heads, head_dim]
+  if (c.needs_query_anchor()) {
+    st.grow_rope(model, tokens + c.options.eviction.capkv_future_positions);
+    anchor = rotated_anchor(c, seq, st, model.config(), tokens);
+  }
+  cache::KeepSets keep(static_cast<size_t>(layout.num_lanes()));
+  for (int64_t layer = 0; layer < layout.num_layers; ++layer) {
+    const int64_t budget = budgets[static_cast<size_t>(layer)];
+    const std::vector<std::vector<int64_t>> chosen = c.policy->keep_layer(
+        layer_candidates(cache, st, seq, layer, *c.policy, anchor, window_extra(c, budget)), budget);
+    for (int64_t g = 0; g < layout.num_groups(); ++g) {
+      const int64_t lane = layout.lane(layer, g);
+      const std::vector<int64_t> live = cache.manager().live_rows(seq, lane);
+      std::vector<int64_t>& k = keep[static_cast<size_t>(lane)];
+      for (int64_t i : chosen[static_cast<size_t>(g)]) k.push_back(live[static_cast<size_t>(i)]);
+    }
+  }
+  if (const StepMass* m = mass_of(mass, seq)) {
+    const LossBound bound = eviction_loss_bound(cache, seq, keep, *m, model.config().num_heads / model.config().num_kv_heads);
+    stats.loss_bound += bound.sum;
+    stats.loss_bound_terms += bound.terms;
+  }
+  const cache::EvictionOutcome out = cache.evict(seq, keep);
+  stats.rows_evicted += out.rows_evicted;
+  for (size_t p = 0; p < out.blocks_dropped.size(); ++p) stats.blocks_dropped[p] += out.blocks_dropped[p];
+}
+
+// Packs `seq`'s masked rows away (compaction) so their blocks return. Packing copies a shared
+// block it writes into; when the pools are too short for that, the masked rows wait for the
+// next eviction phase.
+void pack_seq(cache::PagedKvCache& cache, SeqId seq, StepStats& stats) {
+  const cache::CacheLayout& layout = cache.layout();
+  int64_t masked = 0;
+  cache::KeepSets live(static_cast<size_t>(layout.num_lanes()));
+  for (int64_t lane = 0; lane < layout.num_lanes(); ++lane) {
+    live[static_cast<size_t>(lane)] = cache.manager().live_rows(seq, lane);
+    masked += cache.manager().sequence(seq).lanes[static_cast<size_t>(lane)].num_evicted;
+  }
+  if (cache.can_compact(seq, live).ok && cache.compact(seq, live)) stats.rows_packed += masked;
+}
+
 }  // namespace
 
-void Engine::evict_over_budget(StepStats& stats, const std::vector<StepMass>& mass) {
+void Engine::evict(StepStats& stats) {
   const log::Stopwatch watch;
+  std::vector<StepMass> mass;  // the last step's, used once
+  mass.swap(state_->step_mass);
   const cache::CacheLayout& layout = cache_->layout();
   stats.blocks_dropped.assign(static_cast<size_t>(cache_->manager().num_pools()), 0);
   for (auto& [id, c] : state_->contexts) {
@@ -227,39 +291,11 @@ void Engine::evict_over_budget(StepStats& stats, const std::vector<StepMass>& ma
     const std::vector<int64_t> budgets =
         layer_budgets(*c.policy, layout.num_layers, c.options.eviction.budget_rows(tokens), tokens);
     for (SeqId seq : c.evictable_seqs()) {
-      if (!over_budget(cache_->manager().sequence(seq), layout, *c.policy, budgets)) continue;
-      at::Tensor anchor;  // capkv: float32 [layers, heads, head_dim]
-      if (c.needs_query_anchor()) {
-        state_->grow_rope(model_, tokens + c.options.eviction.capkv_future_positions);
-        anchor = rotated_anchor(c, seq, *state_, model_.config(), tokens);
+      if (over_budget(cache_->manager().sequence(seq), layout, *c.policy, budgets)) {
+        evict_seq(*cache_, *state_, model_, c, seq, budgets, mass, stats);
       }
-      cache::KeepSets keep(static_cast<size_t>(layout.num_lanes()));
-      for (int64_t layer = 0; layer < layout.num_layers; ++layer) {
-        const int64_t budget = budgets[static_cast<size_t>(layer)];
-        const std::vector<std::vector<int64_t>> chosen = c.policy->keep_layer(
-            layer_candidates(*cache_, *state_, seq, layer, *c.policy, anchor, window_extra(c, budget)), budget);
-        for (int64_t g = 0; g < layout.num_groups(); ++g) {
-          const int64_t lane = layout.lane(layer, g);
-          const std::vector<int64_t> live = cache_->manager().live_rows(seq, lane);
-          std::vector<int64_t>& k = keep[static_cast<size_t>(lane)];
-          for (int64_t i : chosen[static_cast<size_t>(g)]) k.push_back(live[static_cast<size_t>(i)]);
-        }
-      }
-      if (const StepMass* m = mass_of(mass, seq)) {
-        const LossBound bound = eviction_loss_bound(*cache_, seq, keep, *m, model_.config().num_heads / model_.config().num_kv_heads);
-        stats.loss_bound += bound.sum;
-        stats.loss_bound_terms += bound.terms;
-      }
-      const cache::EvictionOutcome out = cache_->evict(seq, keep);
-      stats.rows_evicted += out.rows_evicted;
-      for (size_t p = 0; p < out.blocks_dropped.size(); ++p) stats.blocks_dropped[p] += out.blocks_dropped[p];
-      const cache::SequenceState& s = cache_->manager().sequence(seq);
-      if (!worth_packing(s)) continue;
-      cache::KeepSets live(static_cast<size_t>(layout.num_lanes()));
-      for (int64_t lane = 0; lane < layout.num_lanes(); ++lane) live[static_cast<size_t>(lane)] = cache_->manager().live_rows(seq, lane);
-      // Packing copies a shared block it writes into; when the pools are too short for
-      // that, the masked rows wait for the next eviction.
-      if (cache_->can_compact(seq, live).ok && cache_->compact(seq, live)) stats.rows_packed += out.rows_masked;
+      // Apart from the eviction, so that a call after a failed one packs what it left.
+      if (worth_packing(cache_->manager().sequence(seq))) pack_seq(*cache_, seq, stats);
     }
   }
   stats.evict_seconds = watch.seconds();

@@ -80,12 +80,31 @@ struct ContextState {
   const QueryAnchor* query_anchor(SeqId seq) const;
 };
 
+// The attention mass one reader's queries put this step on the rows of a sequence whose
+// context asks for the eviction loss bound (EvictionConfig::loss_bound), kept until the
+// eviction after the step (rows do not move in between: only eviction packs).
+struct ReaderMass {
+  const ReaderStream* value_stream = nullptr;  // the reader's V residual stream, if it reads one
+  SeqId private_seq;                           // its private rows (never evicted), if any
+  int64_t queries = 0;                         // the queries whose mass is here (from mass_first_query on)
+  int64_t stride = 0;                          // rows per KV head in `mass`
+  std::vector<std::vector<float>> mass;        // per layer: float32 [num_kv_heads, stride]; row r of the lane
+  std::vector<std::vector<int64_t>> rows_read; // per layer: rows the reader read, per lane group
+};
+
+struct StepMass {
+  SeqId seq;
+  std::vector<ReaderMass> readers;
+};
+
 struct Engine::State {
   std::map<int64_t, ContextState> contexts;
   int64_t next_context = 0;
   int64_t next_seq = 0;
   int64_t adopted_commits = 0;  // commits whose private rows became the context's rows
   at::Tensor rope_cos, rope_sin;  // float32 [rows, head_dim / 2], grown on demand
+  // The last committed step's mass for the loss bound, until the eviction after it uses it.
+  std::vector<StepMass> step_mass;
   // rope_cos and rope_sin grown to hold positions below `rows` (the model's tables).
   void grow_rope(const LlamaModel& model, int64_t rows);
 

@@ -421,8 +421,10 @@ StepResult empty_result(const cache::PagedKvCache& cache, size_t entries) {
 }  // namespace
 
 // validate -> admit (plan and reserve, entry by entry) -> run (one forward) -> finish
-// (commit the reservations, record private tokens). Nothing changes before admission; any
-// throw after it rolls the whole step back (StepUndo) and propagates.
+// (commit the reservations, record private tokens, apply the step's effects). Nothing
+// changes before admission; any throw before the commit rolls the whole step back (StepUndo:
+// rows, reservations, scores) and propagates; after it, nothing throws. Eviction is a phase
+// of its own (Engine::evict).
 StepResult Engine::step(const std::vector<StepWork>& work) {
   const log::Stopwatch admit_watch;
   validate_work(work);
@@ -435,8 +437,8 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
   result.stats.admit_seconds = admit_watch.seconds();
 
   const log::Stopwatch run_watch;
-  std::vector<StepMass> mass;  // for the eviction loss bound
-  if (!items.empty()) run_items(model_, *cache_, *state_, items, result, mass);
+  StepEffects effects;  // capkv's anchors and the loss bound's mass, applied at the commit
+  if (!items.empty()) run_items(model_, *cache_, *state_, items, result, effects);
   result.stats.run_seconds = run_watch.seconds();
 
   // Everything that can fail (allocate) happens before the commit; after it, nothing may.
@@ -457,9 +459,9 @@ StepResult Engine::step(const std::vector<StepWork>& work) {
     ReaderState& r = state_->reader(work[it.work].reader);
     r.private_tokens.insert(r.private_tokens.end(), it.tokens.begin(), it.tokens.end());  // reserved: no allocation
   }
+  for (auto& [anchor, after] : effects.anchors) *anchor = std::move(after);  // moves: no allocation
+  state_->step_mass.swap(effects.mass);
   result.stats.commit_seconds = commit_watch.seconds();
-  // The step stands; eviction is a change of its own (a failure there leaves the step's rows).
-  evict_over_budget(result.stats, mass);
   return result;
 }
 

@@ -1,7 +1,8 @@
 // runtime/kv_cache.h: a simple per-sequence contiguous K/V cache, the reference path of the
-// tests (LlamaModel::forward(batch, KvCache&) and generate's use_cache = false). Generation
-// runs on the engine and the paged, shared cache (runtime/engine.h, cache/). Not
-// thread-safe: one step at a time.
+// tests (LlamaModel::forward(batch, KvCache&) and generate's use_cache = false), and what
+// bench/lora_decode_bench.cpp decodes over to time LoRA without the engine. Generation runs
+// on the engine and the paged, shared cache (runtime/engine.h, cache/). Not thread-safe: one
+// step at a time.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -401,7 +401,7 @@ static int64_t rows_below(const cache::PagedKvCache& cache, SeqId seq, int64_t l
 }
 
 void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
-               StepResult& result, std::vector<StepMass>& mass) {
+               StepResult& result, StepEffects& effects) {
   int64_t max_end = 0;
   std::vector<SequenceInput> batch;
   const bool by_row = cache.manager().config().keys_before_rope;
@@ -434,8 +434,8 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
                                                          : ScoredSeq::Readers::kSum;
     for (SeqId seq : c.evictable_seqs()) scored.push_back({seq, window, how});
   }
-  // capkv's sequences that this step writes: their queries go into the context's anchor, once
-  // the forward has run (a step that throws adds none).
+  // capkv's sequences that this step writes: their queries go into the context's anchor once
+  // the step commits (a step that throws adds none).
   std::vector<AnchoredSeq> anchored;
   for (auto& [id, c] : st.contexts) {
     if (!c.needs_query_anchor()) continue;
@@ -453,8 +453,12 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
                          std::move(scored), std::move(anchored), std::move(bounded));
   // Logits rows: every token of the items that asked for them, the last of the others.
   const at::Tensor logits = model.forward(batch, backend);
-  for (AnchoredSeq& a : backend.anchored()) a.anchor->add(a.step_sum, a.step_count);
-  mass = std::move(backend.step_mass());
+  for (AnchoredSeq& a : backend.anchored()) {
+    QueryAnchor after = *a.anchor;  // shares the sum; add() replaces it out of place
+    after.add(a.step_sum, a.step_count);
+    effects.anchors.emplace_back(a.anchor, std::move(after));
+  }
+  effects.mass = std::move(backend.step_mass());
 
   int64_t row = 0;
   for (const Item& it : items) {

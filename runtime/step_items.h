@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "lorakv/cache/cache_manager.h"
@@ -62,7 +63,7 @@ struct ScoredSeq {
 
 // A sequence whose rows capkv governs and this step writes: the writer's queries at positions
 // >= sinks, before RoPE, summed per layer and query head into step_sum, then into `anchor`
-// after the forward.
+// when the step commits (StepEffects).
 struct AnchoredSeq {
   SeqId seq;
   int64_t sinks = 0;
@@ -71,27 +72,20 @@ struct AnchoredSeq {
   int64_t step_count = 0;  // queries added (counted at layer 0)
 };
 
-// The attention mass one reader's queries put this step on the rows of a sequence whose
-// context asks for the eviction loss bound (EvictionConfig::loss_bound), kept until the
-// eviction after the step (rows do not move in between: only eviction packs).
-struct ReaderMass {
-  const ReaderStream* value_stream = nullptr;  // the reader's V residual stream, if it reads one
-  SeqId private_seq;                           // its private rows (never evicted), if any
-  int64_t queries = 0;                         // the queries whose mass is here (from mass_first_query on)
-  int64_t stride = 0;                          // rows per KV head in `mass`
-  std::vector<std::vector<float>> mass;        // per layer: float32 [num_kv_heads, stride]; row r of the lane
-  std::vector<std::vector<int64_t>> rows_read; // per layer: rows the reader read, per lane group
-};
-
-struct StepMass {
-  SeqId seq;
-  std::vector<ReaderMass> readers;
+// What a step's forward leaves for after its commit. capkv's anchors with the step's queries
+// added: computed before the commit (out of place), moved in after it, where nothing may
+// fail. The mass kept for the loss bound, which the engine keeps for the eviction after the
+// step (Engine::evict).
+struct StepEffects {
+  std::vector<std::pair<QueryAnchor*, QueryAnchor>> anchors;  // (the anchor, its value after the step)
+  std::vector<StepMass> mass;
 };
 
 // The kernel also returns each shared row's attention mass, summed over readers, and adds
 // it to the row's score, for every read of a sequence a scoring policy governs; and each
-// reader's mass on the sequences whose contexts ask for the loss bound, into `mass`.
+// reader's mass on the sequences whose contexts ask for the loss bound, into `effects`
+// (with capkv's anchors), which the step applies once it commits.
 void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::State& st, std::vector<Item>& items,
-               StepResult& result, std::vector<StepMass>& mass);
+               StepResult& result, StepEffects& effects);
 
 }  // namespace lorakv::runtime

@@ -35,5 +35,8 @@ if [ ! -f "$LORAKV_BUILD_DIR/build.ninja" ] || [ "$(cat "$stamp" 2>/dev/null)" !
   cmake -S "$LORAKV_ROOT" -B "$LORAKV_BUILD_DIR" -G Ninja "${config[@]}"
   printf '%s' "$signature" > "$stamp"
 fi
+# ccache caches the files that include the precompiled ATen header (cmake/LorakvPch.cmake)
+# only when told that the header's macros and __TIME__ need not be checked.
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros}"
 # Two cores and ~1 GB per libtorch translation unit: never more than the cores.
 cmake --build "$LORAKV_BUILD_DIR" -j "${LORAKV_JOBS:-$(nproc)}" ${LORAKV_BUILD_TARGETS:+--target $LORAKV_BUILD_TARGETS}

@@ -40,27 +40,32 @@ struct DtypeFidelity {
 void compare_window(const runtime::LlamaModel& model, const std::vector<int32_t>& window, int64_t chunk,
                     std::vector<DtypeFidelity>& f) {
   std::vector<std::unique_ptr<runtime::Engine>> engines;
-  std::vector<runtime::ContextId> contexts;
+  std::vector<std::unique_ptr<runtime::Driver>> drivers;  // one teacher-forced job each
+  std::vector<at::Tensor> chunk_logits(kDtypes.size());  // float32 [chunk rows, vocab], the last step's
   for (StorageDtype d : kDtypes) {
     runtime::EngineOptions eo;
     eo.base_rows = static_cast<int64_t>(window.size()) + 2 * eo.block_size;
     eo.prefill_chunk = chunk;
     eo.kv_dtype = d;
     engines.push_back(std::make_unique<runtime::Engine>(model, eo));
-    contexts.push_back(engines.back()->create_context({runtime::SharingMode::kFull, runtime::SharedWriter::kFirst}, {nullptr}));
-    engines.back()->append(contexts.back(), window);
+    const runtime::ContextId ctx =
+        engines.back()->create_context({runtime::SharingMode::kFull, runtime::SharedWriter::kFirst}, {nullptr});
+    engines.back()->append(ctx, window);
+    runtime::DriverJob job;
+    job.reader = {ctx, 0};
+    job.max_chunk = chunk;
+    job.all_logits = true;
+    job.on_output = [&chunk_logits, i = drivers.size()](const runtime::StepOutput& out) { chunk_logits[i] = out.logits; };
+    drivers.push_back(std::make_unique<runtime::Driver>(*engines.back()));
+    drivers.back()->add(std::move(job));
   }
   for (int64_t begin = 0; begin + 1 < static_cast<int64_t>(window.size()); begin += chunk) {
     const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(window.size()) - 1 - begin);  // rows that predict a token
     std::vector<at::Tensor> logp;
     for (size_t i = 0; i < engines.size(); ++i) {
-      runtime::StepWork w;
-      w.reader = {contexts[i], 0};
-      w.max_tokens = chunk;
-      w.all_logits = true;
-      const runtime::StepResult r = engines[i]->step({w});
-      LORAKV_CHECK(r.ok, InternalError, "a kv_dtype window step did not fit its pools");
-      logp.push_back(r.outputs[0].logits.narrow(0, 0, n).log_softmax(-1));  // float32 [n, vocab]
+      LORAKV_CHECK(drivers[i]->step() && chunk_logits[i].size(0) >= n, InternalError,
+                   "a kv_dtype window step did not run its chunk");
+      logp.push_back(chunk_logits[i].narrow(0, 0, n).log_softmax(-1));  // float32 [n, vocab]
       f[i].kv_bytes = std::max(f[i].kv_bytes, engines[i]->memory().cache.bytes_in_use);
     }
     const at::Tensor targets =

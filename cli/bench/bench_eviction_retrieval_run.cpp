@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "lorakv/cli/bench/bench_eviction_retrieval.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/common/logging.h"
 #include "lorakv/common/subprocess.h"
+#include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 
 namespace lorakv::cli {
@@ -104,17 +106,19 @@ struct CaseOutcome {
   double answer_logprob = 0;  // nats, summed over the answer's tokens
 };
 
-// One engine step that must run; returns its only output. Tracks the KV bytes after it.
-runtime::StepOutput run_step(runtime::Engine& engine, const runtime::StepWork& work, int64_t& kv_after_step) {
-  const runtime::StepResult r = engine.step({work});
-  if (!r.ok) {
-    const std::string reason = r.admissions.empty() ? "" : r.admissions.front().reason;
-    throw runtime::CapacityError("a retrieval step did not fit the KV pools: " + reason,
+// Runs the jobs through the driver (eviction after every step), tracking the KV bytes after
+// each step; a step the pools cannot hold is a CapacityError naming the flags to change.
+void run_jobs(runtime::Engine& engine, std::vector<runtime::DriverJob>& jobs, int64_t& kv_after_step) {
+  const runtime::StepHook track = [&](runtime::Engine& e, const runtime::StepResult&) {
+    kv_after_step = std::max(kv_after_step, e.memory().cache.bytes_in_use);
+  };
+  try {
+    runtime::Driver(engine, track).run(jobs);
+  } catch (const runtime::CapacityError& e) {
+    throw runtime::CapacityError("a retrieval step did not fit the KV pools: " + e.message(),
                                  {"", "--haystack", std::to_string(engine.options().base_rows) + " rows per lane", "",
                                   "a smaller --haystack or --chunk"});
   }
-  kv_after_step = std::max(kv_after_step, engine.memory().cache.bytes_in_use);
-  return r.outputs.at(0);
 }
 
 // Sum of log p(answer[j] | everything before it), from the private step's logits over
@@ -126,10 +130,6 @@ double answer_logprob(const at::Tensor& logits, int64_t question_tokens, const s
   return at::log_softmax(rows, /*dim=*/1).gather(1, targets).to(at::kDouble).sum().item<double>();
 }
 
-int32_t greedy(const at::Tensor& logits) {  // float32 [rows, vocab]: the last row's argmax
-  return static_cast<int32_t>(logits[logits.size(0) - 1].argmax().item<int64_t>());
-}
-
 CaseOutcome run_case(runtime::Engine& engine, const RetrievalCase& k, const cache::eviction::EvictionConfig& eviction,
                      int64_t chunk, int64_t& kv_after_step) {
   runtime::ContextOptions options;
@@ -138,28 +138,38 @@ CaseOutcome run_case(runtime::Engine& engine, const RetrievalCase& k, const cach
   const runtime::ContextId ctx = engine.create_context(options, {nullptr});
   const runtime::ReaderRef reader{ctx, 0};
   engine.append(ctx, k.haystack);
-  while (engine.pending_tokens(reader) > 0) {  // the engine evicts after each of these steps
-    run_step(engine, {reader, runtime::StepWork::Kind::kContext, {}, chunk, /*all_logits=*/false}, kv_after_step);
-  }
+  std::vector<runtime::DriverJob> jobs(1);
+  jobs[0].reader = reader;
+  jobs[0].max_chunk = chunk;
+  run_jobs(engine, jobs, kv_after_step);  // the haystack, evicted after each chunk
   CaseOutcome o;
-  std::vector<int32_t> forced = k.question;
-  forced.insert(forced.end(), k.answer.begin(), k.answer.end());
-  const runtime::StepOutput teacher =
-      run_step(engine, {reader, runtime::StepWork::Kind::kPrivate, forced, 0, /*all_logits=*/true}, kv_after_step);
-  o.answer_logprob = answer_logprob(teacher.logits, static_cast<int64_t>(k.question.size()), k.answer);
+  // Teacher-forced: the question and the answer as private tokens, every row's logits.
+  jobs[0] = runtime::DriverJob{};
+  jobs[0].reader = reader;
+  jobs[0].suffix = k.question;
+  jobs[0].suffix.insert(jobs[0].suffix.end(), k.answer.begin(), k.answer.end());
+  jobs[0].all_logits = true;
+  jobs[0].on_output = [&](const runtime::StepOutput& out) {
+    o.answer_logprob = answer_logprob(out.logits, static_cast<int64_t>(k.question.size()), k.answer);
+  };
+  run_jobs(engine, jobs, kv_after_step);
   engine.drop_private(reader);
   // Greedy decoding of as many tokens as the answer has, stopping at the first miss.
-  std::vector<int32_t> next = k.question;
   o.success = true;
-  for (const int32_t expected : k.answer) {
-    const runtime::StepOutput s =
-        run_step(engine, {reader, runtime::StepWork::Kind::kPrivate, next, 0, /*all_logits=*/false}, kv_after_step);
-    next = {greedy(s.logits)};
-    if (next[0] != expected) {
+  size_t decoded = 0;
+  jobs[0] = runtime::DriverJob{};
+  jobs[0].reader = reader;
+  jobs[0].suffix = k.question;
+  jobs[0].next = [&](const at::Tensor& logits) -> std::optional<int32_t> {  // float32 [vocab]
+    if (decoded == k.answer.size()) return std::nullopt;
+    const auto token = static_cast<int32_t>(logits.argmax().item<int64_t>());
+    if (token != k.answer[decoded++]) {
       o.success = false;
-      break;
+      return std::nullopt;
     }
-  }
+    return decoded < k.answer.size() ? std::optional<int32_t>(token) : std::nullopt;
+  };
+  run_jobs(engine, jobs, kv_after_step);
   engine.release_context(ctx);
   return o;
 }

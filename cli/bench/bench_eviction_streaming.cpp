@@ -48,28 +48,37 @@ std::vector<int32_t> tokens_between(const std::vector<int32_t>& text, int64_t be
   return out;
 }
 
-// Reader 0 processes what is pending in chunks with every logit, adding -log p of each next
-// token (the text is known past the chunk) to `nll`, counted in `scored`.
+// Reader 0 processes what is pending in chunks with every logit (teacher-forced, eviction
+// between chunks), adding -log p of each next token (the text is known past the chunk) to
+// `nll`, counted in `scored`.
 void prefill_scored(runtime::Engine& engine, runtime::ContextId ctx, const std::vector<int32_t>& text, double& nll,
                     int64_t& scored) {
-  while (engine.pending_tokens({ctx, 0}) > 0) {
-    const runtime::StepResult r = engine.step({{{ctx, 0}, runtime::StepWork::Kind::kContext, {}, 0, true}});
-    LORAKV_CHECK(r.ok, runtime::CapacityError, "streaming: a context step did not fit the pools");
-    const runtime::StepOutput& o = r.outputs[0];
+  std::vector<runtime::DriverJob> jobs(1);
+  jobs[0].reader = {ctx, 0};
+  jobs[0].all_logits = true;
+  jobs[0].on_output = [&](const runtime::StepOutput& o) {
     const std::vector<int32_t> next = tokens_between(text, o.first_position + 1, o.first_position + 1 + o.tokens_processed);
     const at::Tensor targets = at::tensor(std::vector<int64_t>(next.begin(), next.end()), at::kLong).unsqueeze(1);  // [n, 1]
     nll -= o.logits.log_softmax(-1).gather(1, targets).to(at::kDouble).sum().item<double>();
     scored += o.tokens_processed;
-  }
+  };
+  runtime::Driver(engine).run(jobs);
+}
+
+// Every reader in `readers` decodes `n` tokens of `text` from `from`, one step a token for
+// all of them, teacher-forced.
+void forced_decode(runtime::Engine& engine, runtime::ContextId ctx, int32_t readers, const std::vector<int32_t>& text,
+                   int64_t from, int64_t n) {
+  if (n <= 0) return;
+  std::vector<runtime::DriverJob> jobs;
+  for (int32_t r = 0; r < readers; ++r) jobs.push_back(runtime::forced_decode_job({ctx, r}, tokens_between(text, from, from + n)));
+  runtime::Driver(engine).run(jobs);
 }
 
 // Seconds per decoded token of reader 0 on `engine`'s context, `n` teacher-forced tokens.
 double decode_seconds(runtime::Engine& engine, runtime::ContextId ctx, const std::vector<int32_t>& text, int64_t from, int64_t n) {
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t t = 0; t < n; ++t) {
-    LORAKV_CHECK(engine.step({{{ctx, 0}, runtime::StepWork::Kind::kPrivate, {token_at(text, from + t)}, 0, false}}).ok,
-                 runtime::CapacityError, "streaming: a decode step did not fit the pools");
-  }
+  forced_decode(engine, ctx, 1, text, from, n);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / static_cast<double>(n);
 }
 
@@ -84,14 +93,7 @@ runtime::ContextOptions context_options(const EvictionStreamingOptions& o) {
 // then drops them.
 void decode_and_drop(runtime::Engine& engine, runtime::ContextId ctx, const std::vector<int32_t>& text, int64_t from,
                      const EvictionStreamingOptions& o) {
-  for (int64_t t = 0; t < o.decode_tokens; ++t) {
-    std::vector<runtime::StepWork> work;
-    for (int32_t r = 0; r < o.readers; ++r) {
-      const int32_t token = token_at(text, from + t);
-      work.push_back({{ctx, r}, runtime::StepWork::Kind::kPrivate, {token}, 0, false});
-    }
-    LORAKV_CHECK(engine.step(work).ok, runtime::CapacityError, "streaming: a decode step did not fit the pools");
-  }
+  forced_decode(engine, ctx, static_cast<int32_t>(o.readers), text, from, o.decode_tokens);
   for (int32_t r = 0; r < o.readers; ++r) engine.drop_private({ctx, r});
 }
 

@@ -61,27 +61,29 @@ at::Tensor replay_role_turns(BenchWorkload& w, const std::vector<AdapterPtr>& re
         engine.append(ctx, all);
         continue;
       }
+      // The role's turn teacher-forced after the context, every row's logits; with
+      // every_agent_reads the others run the same tokens beside it in the same step (each
+      // has processed the context first, so the private work is all that is left).
       runtime::prefill(engine, {ctx, r});
-      std::vector<runtime::StepWork> work(1);
-      work[0].reader = {ctx, r};
-      work[0].kind = runtime::StepWork::Kind::kPrivate;
-      work[0].tokens = header;
-      work[0].tokens.insert(work[0].tokens.end(), body.begin(), body.end());
-      work[0].all_logits = true;
+      std::vector<runtime::DriverJob> jobs(1);
+      jobs[0].reader = {ctx, r};
+      jobs[0].suffix = header;
+      jobs[0].suffix.insert(jobs[0].suffix.end(), body.begin(), body.end());
+      jobs[0].all_logits = true;
+      at::Tensor logits;  // float32 [header + body, vocab]
+      jobs[0].on_output = [&](const runtime::StepOutput& out) { logits = out.logits; };
       for (int32_t other = 0; every_agent_reads && other < static_cast<int32_t>(readers.size()); ++other) {
         if (other == r) continue;
         runtime::prefill(engine, {ctx, other});
-        runtime::StepWork along = work[0];
+        runtime::DriverJob along;
         along.reader = {ctx, other};
-        along.all_logits = false;
-        work.push_back(along);
+        along.suffix = jobs[0].suffix;
+        jobs.push_back(std::move(along));
       }
-      const runtime::StepResult res = engine.step(work);
-      LORAKV_CHECK(res.ok, InternalError, "fidelity replay ran out of cache");
-      for (size_t i = 1; i < work.size(); ++i) engine.drop_private(work[i].reader);
+      runtime::Driver(engine).run(jobs);
+      for (size_t i = 1; i < jobs.size(); ++i) engine.drop_private(jobs[i].reader);
       // Row i predicts token i + 1: the text's tokens are predicted from the header's last on.
-      turn_logits.push_back(res.outputs[0].logits.narrow(0, static_cast<int64_t>(header.size()) - 1,
-                                                         static_cast<int64_t>(body.size())));
+      turn_logits.push_back(logits.narrow(0, static_cast<int64_t>(header.size()) - 1, static_cast<int64_t>(body.size())));
       engine.commit_private({ctx, r});
       engine.append(ctx, newline);
     }

@@ -2,7 +2,9 @@
 // tiny model (tests/runtime/tiny_engine_model.h): the step hook sees every step, before the
 // jobs see its outputs, and may change the engine; deferred work is asked for again; a step
 // that can admit nothing is a CapacityError; a job with nothing to start generating from is
-// a ConfigError; and a generating job equals the same work stepped by hand.
+// a ConfigError; a generating job equals the same work stepped by hand; a hook that throws
+// comes after every job has its output; teacher-forced jobs get every row, with eviction
+// between chunks.
 #include "lorakv/runtime/driver.h"
 
 #include <gtest/gtest.h>
@@ -307,6 +309,117 @@ TEST_F(DriverTest, AddCancelAndFailOneJobWhileOthersRun) {
   std::vector<DriverJob> jobs{greedy_job({x, 0}, 6, a_alone)};
   Driver(alone).run(jobs);
   EXPECT_EQ(a, a_alone);
+}
+
+// A hook that throws after a committed step: the step's rows stand, every job of the step
+// has its output first, the error comes out of step(), and the jobs go on from there to the
+// same tokens as without the failure.
+TEST_F(DriverTest, AHookFailureComesAfterEveryJobHasItsOutput) {
+  auto run_two = [&](int64_t throw_at_step, std::vector<int32_t>& a, std::vector<int32_t>& b, int64_t& outputs_at_throw) {
+    Engine engine(model(), pools(1024));
+    // Two contexts of other prompts: each job runs every step (none waits for the other's rows).
+    const ContextId c[2] = {engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr}),
+                            engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr})};
+    engine.append(c[0], seq_tokens(20, 5));
+    engine.append(c[1], seq_tokens(20, 6));
+    int64_t steps = 0, outputs = 0;
+    Driver driver(engine, [&](Engine&, const StepResult&) {
+      if (++steps == throw_at_step) throw ConfigError("hook failed");
+    });
+    for (int32_t j = 0; j < 2; ++j) {
+      DriverJob job = greedy_job({c[j], 0}, 6, j == 0 ? a : b);
+      job.on_output = [&](const StepOutput&) { ++outputs; };
+      driver.add(std::move(job));
+    }
+    bool threw = false;
+    while (true) {
+      try {
+        if (!driver.step()) break;
+      } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("hook failed"), std::string::npos);
+        threw = true;
+        outputs_at_throw = outputs;
+        // The step stands: both readers hold its private token.
+        EXPECT_EQ(engine.private_tokens({c[0], 0}).size(), static_cast<size_t>(steps - 2));
+        EXPECT_EQ(engine.private_tokens({c[1], 0}).size(), static_cast<size_t>(steps - 2));
+      }
+    }
+    EXPECT_EQ(threw, throw_at_step > 0);
+  };
+  std::vector<int32_t> a_ref, b_ref, a, b;
+  int64_t unused = 0, outputs_at_throw = 0;
+  run_two(0, a_ref, b_ref, unused);
+  run_two(4, a, b, outputs_at_throw);  // steps 1-2: each reader's prompt; 3, 4: tokens
+  EXPECT_EQ(outputs_at_throw, 2 * 4) << "every job of the failed step had its output";
+  EXPECT_EQ(a, a_ref);
+  EXPECT_EQ(b, b_ref);
+  EXPECT_EQ(a.size(), 7u);
+}
+
+// The teacher-forced job kind: every chunk's rows reach on_output, equal to one step over
+// the whole text by hand, and with a policy the driver evicts between chunks (the rows kept
+// never exceed the budget and a chunk).
+TEST_F(DriverTest, TeacherForcedChunksGiveEveryRowAndEvictBetweenThem) {
+  const std::vector<int32_t> text = seq_tokens(70, 9);
+  Engine whole(model(), pools(512));
+  const ContextId cw = whole.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr});
+  whole.append(cw, text);
+  StepWork w;
+  w.reader = {cw, 0};
+  w.max_tokens = 70;
+  w.all_logits = true;
+  const at::Tensor expected = whole.step({w}).outputs[0].logits;  // float32 [70, vocab]
+
+  for (const bool evicting : {false, true}) {
+    Engine engine(model(), pools(512));
+    ContextOptions options{SharingMode::kFull, SharedWriter::kFirst};
+    if (evicting) {
+      options.eviction.policy = "streaming_llm";
+      options.eviction.budget_tokens = 24;
+    }
+    const ContextId c = engine.create_context(options, {nullptr});
+    engine.append(c, text);
+    std::vector<at::Tensor> chunks;
+    int64_t most_kept = 0;
+    std::vector<DriverJob> jobs(1);
+    jobs[0].reader = {c, 0};
+    jobs[0].all_logits = true;
+    jobs[0].on_output = [&](const StepOutput& out) {
+      EXPECT_EQ(out.logits.size(0), out.tokens_processed);
+      EXPECT_EQ(out.first_position, static_cast<int64_t>(16 * chunks.size()));
+      chunks.push_back(out.logits);
+    };
+    Driver driver(engine, [&](Engine& e, const StepResult&) {
+      most_kept = std::max(most_kept, static_cast<int64_t>(e.kept_positions(c).front().size()));
+    });
+    driver.run(jobs);
+    ASSERT_EQ(chunks.size(), 5u);  // 70 tokens in chunks of 16
+    const at::Tensor all = at::cat(chunks);
+    ASSERT_EQ(all.sizes(), expected.sizes());
+    if (!evicting) {
+      EXPECT_LT(lorakv::testing::relative_error(all, expected), lorakv::testing::kFloat32LogitsTolerance);
+      EXPECT_EQ(most_kept, 70);
+    } else {
+      // The first chunks read every row; after the first eviction they differ.
+      EXPECT_LT(lorakv::testing::relative_error(chunks[0], expected.narrow(0, 0, 16)), lorakv::testing::kFloat32LogitsTolerance);
+      EXPECT_LE(most_kept, 24);
+      EXPECT_GT(driver.stats().rows_evicted, 0);
+    }
+  }
+}
+
+// forced_decode_job runs its tokens one a step, whatever the logits say.
+TEST_F(DriverTest, ForcedDecodeRunsItsTokensOneAStep) {
+  Engine engine(model(), pools(512));
+  const ContextId c = engine.create_context({SharingMode::kFull, SharedWriter::kFirst}, {nullptr});
+  engine.append(c, seq_tokens(10));
+  const std::vector<int32_t> forced = {3, 1, 4, 1, 5};
+  std::vector<DriverJob> jobs{forced_decode_job({c, 0}, forced)};
+  Driver driver(engine);
+  driver.run(jobs);
+  EXPECT_EQ(engine.private_tokens({c, 0}), forced);
+  EXPECT_EQ(driver.stats().steps, 1 + 5);  // the prompt, then a token a step
+  EXPECT_THROW(forced_decode_job({c, 0}, {}), InvalidArgumentError);
 }
 
 }  // namespace

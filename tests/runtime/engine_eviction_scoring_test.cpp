@@ -23,6 +23,7 @@
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/eviction_scores.h"
 #include "tests/runtime/tiny_engine_model.h"
+#include "tests/runtime/step_then_evict.h"
 
 namespace lorakv::runtime {
 namespace {
@@ -96,7 +97,7 @@ class EngineEvictionScoring : public ::testing::Test {
       w.tokens = {static_cast<int32_t>(7 + i)};
       work.push_back(w);
     }
-    EXPECT_TRUE(engine.step(work).ok);
+    EXPECT_TRUE(lorakv::testing::step_then_evict(engine, work).ok);
     std::vector<std::vector<float>> added = lane_scores(engine);
     for (size_t lane = 0; lane < added.size(); ++lane) {
       for (size_t r = 0; r < added[lane].size(); ++r) added[lane][r] -= before[lane][r];

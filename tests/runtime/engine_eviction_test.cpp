@@ -22,6 +22,7 @@
 #include "lorakv/runtime/kv_cache.h"
 #include "tests/runtime/tiny_engine_model.h"
 #include "tests/support/reference_values.h"
+#include "tests/runtime/step_then_evict.h"
 
 namespace lorakv::runtime {
 namespace {
@@ -153,7 +154,7 @@ TEST_F(EngineEviction, StreamingLlmEqualsAReferenceThatDeletesTheRows) {
     w.reader = {ctx, 0};
     w.max_tokens = n;
     w.all_logits = true;
-    const StepResult r = engine.step({w});
+    const StepResult r = lorakv::testing::step_then_evict(engine, {w});
     ASSERT_TRUE(r.ok);
     steps_with_eviction += r.stats.rows_evicted > 0;
     const at::Tensor ref = model().forward({{SeqId(0), piece, nullptr}}, reference, {/*all_logits=*/true});
@@ -167,7 +168,7 @@ TEST_F(EngineEviction, StreamingLlmEqualsAReferenceThatDeletesTheRows) {
     engine.append(ctx, {t});
     StepWork w;
     w.reader = {ctx, 0};
-    const StepResult r = engine.step({w});
+    const StepResult r = lorakv::testing::step_then_evict(engine, {w});
     const at::Tensor ref = model().forward({{SeqId(0), {t}, nullptr}}, reference, {});
     reference.keep_only(SeqId(0), streaming_keeps(++done));
     ASSERT_LT(relative_error(r.outputs[0].logits, ref), kFloat32LogitsTolerance) << "after " << done << " tokens";
@@ -199,7 +200,7 @@ TEST_F(EngineEviction, H2oScoresAreTheAttentionMassAndItKeepsTheHeaviest) {
   engine.append(ctx, random_tokens(20, 10));
   StepWork w;
   w.reader = reader;
-  const StepResult r = engine.step({w});
+  const StepResult r = lorakv::testing::step_then_evict(engine, {w});
   EXPECT_GT(r.stats.rows_evicted, 0);
   for (int64_t lane = 0; lane < engine.cache().layout().num_lanes(); ++lane) {
     const std::vector<int32_t> kept = live_positions(engine, seq, lane);
@@ -237,7 +238,7 @@ TEST_F(EngineEviction, SnapKvScoresAreTheNewestQueriesMassAfterEachChunk) {
     StepWork w;
     w.reader = reader;
     w.max_tokens = n;
-    return engine.step({w});
+    return lorakv::testing::step_then_evict(engine, {w});
   };
   ASSERT_TRUE(run_chunk(30, 21).ok);
   ASSERT_TRUE(run_chunk(20, 22).ok);
@@ -262,7 +263,7 @@ TEST_F(EngineEviction, SnapKvScoresAreTheNewestQueriesMassAfterEachChunk) {
   reply.reader = reader;
   reply.kind = StepWork::Kind::kPrivate;
   reply.tokens = {5};
-  ASSERT_TRUE(engine.step({reply}).ok);
+  ASSERT_TRUE(lorakv::testing::step_then_evict(engine, {reply}).ok);
   EXPECT_EQ(engine.cache().manager().sequence(seq).lanes[0].scores, before);
 }
 
@@ -311,7 +312,7 @@ TEST_F(EngineEviction, LongSharedSessionKeepsTheRuleAndReturnsMemory) {
       work.push_back(w);
     }
     if (work.empty()) continue;
-    const StepResult r = engine.step(work);
+    const StepResult r = lorakv::testing::step_then_evict(engine, work);
     ASSERT_TRUE(r.ok) << "step " << step << ": " << r.admissions.at(0).reason;
     evicting_steps += r.stats.rows_evicted > 0;
     // The context's shared rows show exactly the rule's positions, in every lane.

@@ -1,22 +1,33 @@
 // tests/runtime/engine_failure_test.cpp: a step fails cleanly. Twin engines on the tiny model
 // (tests/runtime/tiny_engine_model.h) run one seeded random multi-context, multi-reader
-// workload in lockstep: contexts in every sharing mode and writer, appends, context chunks,
-// private turns, commits, drops, releases, pools small enough that work is deferred. Before
+// workload in lockstep: contexts in every sharing mode and writer, with and without an
+// eviction policy (scores summed, maxed or the writer's, observation windows, capkv's query
+// anchors, a protected window that grows with replies, the loss bound), appends, context
+// chunks, private turns, commits, drops, releases, pools small enough that work is
+// deferred. Each step is followed by the eviction phase (Engine::evict), as the driver runs
+// them. Before
 // each step of engine A an allocation failure is armed at a random allocation of that step
 // (the count measured on engine B, which runs it first): anywhere from planning, between two
 // reservations, to any layer of the forward pass. The failure comes from this binary's
 // replacement of operator new, a test wrapper: the engine has no branch for it. After the
 // throw, A must be as before the step (tokens, pending work, private tokens, bytes and blocks
-// of every pool, the prefix index); it then runs the step again and must produce what B
-// produced, and the two engines must stay equal for the rest of the run.
+// of every pool, the prefix index, every row's eviction score, the rows each lane keeps,
+// capkv's anchors); it then runs the step again and must produce what B produced (logits,
+// rows evicted, the loss bound), and the two engines must stay equal for the rest of the
+// run. Sometimes the failure is armed in the eviction after the step instead: the step's
+// rows stand, and evicting again leaves A as B.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lorakv/common/errors.h"
@@ -62,7 +73,13 @@ std::string describe_state(const Engine& e, const std::vector<ContextId>& contex
     for (int32_t r = 0; r < e.num_readers(c); ++r) {
       out << "  reader " << r << ": pending " << e.pending_tokens({c, r}) << ", private [";
       for (int32_t t : e.private_tokens({c, r})) out << t << ' ';
-      out << "]\n";
+      out << "], anchor queries " << e.anchor_queries(c, r) << ", kept";
+      for (const std::vector<int32_t>& lane : e.kept_positions(c, r)) {
+        out << " [";
+        for (int32_t p : lane) out << p << ' ';
+        out << "]";
+      }
+      out << "\n";
     }
   }
   const cache::CacheStats s = e.cache().stats();
@@ -93,6 +110,24 @@ std::string describe_state(const Engine& e, const std::vector<ContextId>& contex
   return out.str();
 }
 
+// Every row's eviction score, sequence by sequence, lane by lane (empty lanes hold none).
+std::vector<float> all_scores(const Engine& e) {
+  std::vector<float> scores;
+  for (SeqId id : e.cache().manager().sequences()) {
+    for (const cache::BaseLane& l : e.cache().manager().sequence(id).lanes) scores.insert(scores.end(), l.scores.begin(), l.scores.end());
+  }
+  return scores;
+}
+
+// Scores of twin engines: equal up to float32 rounding of sums of attention mass (at most
+// a few hundred terms of [0, 1]), in count and value.
+void expect_scores_near(const std::vector<float>& a, const std::vector<float>& b, int64_t step) {
+  ASSERT_EQ(a.size(), b.size()) << "step " << step;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], b[i], 1e-5f * std::max(1.f, std::abs(b[i]))) << "step " << step << " score " << i;
+  }
+}
+
 // Every sequence's block tables with reference counts, for a failure message.
 std::string describe_tables(const Engine& e) {
   std::ostringstream out;
@@ -109,6 +144,28 @@ std::string describe_tables(const Engine& e) {
     out << "\n";
   }
   return out.str();
+}
+
+// A context's eviction: none a quarter of the time, else one of the policies the tiny model's one KV
+// head allows, each way its rows can be scored, capkv's anchors, a window that grows with
+// replies, the loss bound.
+template <typename Pick, typename Chance>
+cache::eviction::EvictionConfig random_eviction(Pick& pick, Chance& chance) {
+  cache::eviction::EvictionConfig e;
+  if (chance(0.25)) return e;
+  static const std::vector<std::pair<std::string, std::string>> kinds = {
+      {"streaming_llm", "auto"}, {"h2o", "sum"}, {"h2o", "max"}, {"h2o", "writer"},
+      {"snapkv", "auto"},        {"snapkv", "max"}, {"capkv", "auto"}, {"leverage", "auto"}};
+  const auto& [policy, scoring] = kinds[static_cast<size_t>(pick(0, static_cast<int64_t>(kinds.size()) - 1))];
+  e.policy = policy;
+  e.scoring = scoring;
+  e.budget_tokens = pick(20, 48);
+  e.sinks = pick(0, 4);
+  e.window = pick(2, 8);
+  e.window_growth = chance(0.3) ? 0.5 : 0;
+  e.capkv_future_positions = 16;
+  e.loss_bound = chance(0.3);
+  return e;
 }
 
 class EngineFailures : public ::testing::Test {
@@ -142,7 +199,7 @@ TEST_F(EngineFailures, AFailedStepLeavesTheEngineAsIfItNeverRan) {
   };
 
   std::vector<ContextId> contexts;
-  int64_t steps = 0, injected = 0, deferred = 0;
+  int64_t steps = 0, injected = 0, deferred = 0, policies = 0, evicted = 0, eviction_failures = 0;
   for (int op = 0; op < 260; ++op) {
     const double roll = std::uniform_real_distribution<double>(0, 1)(rng);
     if (contexts.empty() || (roll < 0.08 && contexts.size() < 3)) {
@@ -159,8 +216,11 @@ TEST_F(EngineFailures, AFailedStepLeavesTheEngineAsIfItNeverRan) {
           readers.push_back(adapters_[static_cast<size_t>(pick(0, 3))]);
         }
       }
-      const ContextId ca = a.create_context({mode, writer}, readers);
-      const ContextId cb = b.create_context({mode, writer}, readers);
+      ContextOptions options{mode, writer};
+      options.eviction = random_eviction(pick, chance);
+      policies += options.eviction.enabled() ? 1 : 0;
+      const ContextId ca = a.create_context(options, readers);
+      const ContextId cb = b.create_context(options, readers);
       ASSERT_EQ(ca.value(), cb.value());
       contexts.push_back(ca);
       const std::vector<int32_t> t = tokens(pick(8, 40));
@@ -216,13 +276,19 @@ TEST_F(EngineFailures, AFailedStepLeavesTheEngineAsIfItNeverRan) {
     if (work.empty()) continue;
     ++steps;
     t_allocations = 0;
-    const StepResult rb = b.step(work);
+    StepResult rb = b.step(work);
     const int64_t allocations = t_allocations;
+    t_allocations = 0;
+    b.evict(rb.stats);
+    const int64_t eviction_allocations = t_allocations;
+    evicted += rb.stats.rows_evicted;
     for (const StepAdmission& adm : rb.admissions) deferred += adm.admitted ? 0 : 1;
 
     std::optional<StepResult> ra;
-    if (chance(0.6) && allocations > 0) {
+    const double arm = std::uniform_real_distribution<double>(0, 1)(rng);
+    if (arm < 0.6 && allocations > 0) {
       const std::string before = describe_state(a, contexts);
+      const std::vector<float> scores_before = all_scores(a);
       t_fail_in = pick(1, allocations);
       const int64_t armed_at = t_fail_in;
       try {
@@ -232,11 +298,33 @@ TEST_F(EngineFailures, AFailedStepLeavesTheEngineAsIfItNeverRan) {
         EXPECT_EQ(describe_state(a, contexts), before)
             << "step " << steps << ": allocation " << armed_at << " of " << allocations << " failed (" << e.what()
             << ") and the engine changed";
+        EXPECT_EQ(all_scores(a), scores_before)
+            << "step " << steps << ": allocation " << armed_at << " of " << allocations << " failed and the scores changed";
       }
       t_fail_in = 0;
     }
     const std::string tables_a = describe_tables(a);
     if (!ra) ra = a.step(work);  // never failed, or again after the failure
+    const bool evict_fails = arm >= 0.6 && arm < 0.75 && eviction_allocations > 0;
+    if (evict_fails) {
+      // The eviction fails instead: the step's rows stand, and the next eviction finishes
+      // what it left (its figures then come from two calls: not compared).
+      StepStats failed;
+      t_fail_in = pick(1, eviction_allocations);
+      try {
+        a.evict(failed);
+      } catch (const std::exception&) {
+        ++eviction_failures;
+      }
+      t_fail_in = 0;
+      StepStats again;
+      a.evict(again);
+    } else {
+      a.evict(ra->stats);
+      EXPECT_EQ(ra->stats.rows_evicted, rb.stats.rows_evicted) << "step " << steps;
+      EXPECT_EQ(ra->stats.loss_bound_terms, rb.stats.loss_bound_terms) << "step " << steps;
+      EXPECT_NEAR(ra->stats.loss_bound, rb.stats.loss_bound, 1e-5 * std::max(1.0, rb.stats.loss_bound)) << "step " << steps;
+    }
     bool differ = false;
     for (size_t i = 0; i < rb.admissions.size(); ++i) differ = differ || ra->admissions[i].admitted != rb.admissions[i].admitted;
     if (differ) ADD_FAILURE() << "step " << steps << " admits other work on A, whose tables were:\n" << tables_a;
@@ -253,12 +341,18 @@ TEST_F(EngineFailures, AFailedStepLeavesTheEngineAsIfItNeverRan) {
       }
     }
     ASSERT_EQ(describe_state(a, contexts), describe_state(b, contexts)) << "after step " << steps;
+    expect_scores_near(all_scores(a), all_scores(b), steps);
   }
-  // The run exercised what it claims to: many failures, and deferred work.
+  // The run exercised what it claims to: many failures, deferred work, evictions.
   EXPECT_GE(injected, 40) << steps << " steps";
   EXPECT_GE(deferred, 5) << steps << " steps";
-  std::printf("%lld steps, %lld failures injected, %lld work entries deferred\n", static_cast<long long>(steps),
-              static_cast<long long>(injected), static_cast<long long>(deferred));
+  EXPECT_GE(policies, 3) << "contexts with an eviction policy";
+  EXPECT_GE(evicted, 100) << "rows evicted";
+  EXPECT_GE(eviction_failures, 3) << "evictions failed";
+  std::printf("%lld steps, %lld failures injected, %lld work entries deferred, %lld contexts with a policy, %lld rows "
+              "evicted, %lld evictions failed\n",
+              static_cast<long long>(steps), static_cast<long long>(injected), static_cast<long long>(deferred),
+              static_cast<long long>(policies), static_cast<long long>(evicted), static_cast<long long>(eviction_failures));
 }
 
 // A step that adopts a released context's cached system prompt and then fails, at any of its
@@ -319,6 +413,160 @@ TEST_F(EngineFailures, AFailedStepKeepsTheCachedPromptFindable) {
             lorakv::testing::kFloat32LogitsTolerance);
   std::printf("%lld allocations of the step failed one by one; the cached prompt stayed findable\n",
               static_cast<long long>(failures));
+}
+
+// One step over contexts with capkv's anchors and h2o's scores, failed at each of its
+// allocations in turn (1, 2, ... until it gets through): after every failure the scores, the
+// anchors and everything else are as before the step.
+TEST_F(EngineFailures, EachAllocationOfAStepFailsWithoutTouchingScoresOrAnchors) {
+  EngineOptions eo;
+  eo.base_rows = 512;
+  eo.residual_rows = 512;
+  eo.prefill_chunk = 16;
+  Engine e(*tiny_.model, eo);
+  ContextOptions capkv{SharingMode::kFull, SharedWriter::kFirst};
+  capkv.eviction.policy = "capkv";
+  capkv.eviction.budget_tokens = 40;  // not yet evicted: the commit indexes the block the step fills
+  capkv.eviction.capkv_future_positions = 16;
+  ContextOptions h2o{SharingMode::kBaseShared, SharedWriter::kFirst};
+  h2o.eviction.policy = "h2o";
+  h2o.eviction.budget_tokens = 24;
+  h2o.eviction.loss_bound = true;
+  const std::vector<ContextId> contexts = {e.create_context(capkv, {nullptr}), e.create_context(h2o, {adapters_[0], adapters_[1]})};
+  for (ContextId c : contexts) {
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 30; ++i) prompt.push_back((i * 7 + static_cast<int32_t>(c.value()) * 3) % 48);
+    e.append(c, prompt);
+  }
+  auto work_now = [&] {
+    std::vector<StepWork> work;
+    for (ContextId c : contexts) {
+      for (int32_t r = 0; r < e.num_readers(c); ++r) {
+        StepWork w;
+        w.reader = {c, r};
+        if (e.pending_tokens({c, r}) == 0) {
+          w.kind = StepWork::Kind::kPrivate;
+          w.tokens = {static_cast<int32_t>((e.private_tokens({c, r}).size() * 5 + 1) % 48)};
+        }
+        work.push_back(w);
+      }
+    }
+    return work;
+  };
+  for (int s = 0; s < 3; ++s) {  // the prompts, then a token each: scores and anchors exist
+    StepResult r = e.step(work_now());
+    e.evict(r.stats);
+  }
+  ASSERT_GT(e.anchor_queries(contexts[0]), 0);
+  ASSERT_FALSE(all_scores(e).empty());
+  e.append(contexts[0], {3, 9, 27, 33});  // capkv's anchor grows only with context rows
+  const std::vector<StepWork> work = work_now();
+  const int64_t anchored = e.anchor_queries(contexts[0]);
+  const std::string before = describe_state(e, contexts);
+  const std::vector<float> scores_before = all_scores(e);
+  int64_t failures = 0;
+  std::optional<StepResult> done;
+  for (int64_t k = 1; !done && k < 100000; ++k) {
+    t_fail_in = k;
+    try {
+      done = e.step(work);
+    } catch (const std::exception&) {
+      ++failures;
+      ASSERT_EQ(describe_state(e, contexts), before) << "allocation " << k;
+      ASSERT_EQ(all_scores(e), scores_before) << "allocation " << k;
+    }
+    t_fail_in = 0;
+  }
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(e.anchor_queries(contexts[0]), anchored + 4);
+  EXPECT_NE(describe_state(e, contexts), before) << "the step that got through changed nothing";
+  EXPECT_GE(failures, 200);
+  std::printf("the step failed at each of its %lld allocations without touching scores or anchors\n",
+              static_cast<long long>(failures));
+}
+
+// Through the driver, an allocation failure anywhere in one step (admission, forward,
+// commit, the eviction after it, handing out the outputs) either rolls the step back (no job
+// saw an output of it, the engine is as before) or comes after the commit: then every job
+// has the step's output first and the step's rows stand. Allocations are sampled evenly over
+// the step; some fall on each side of the commit.
+TEST_F(EngineFailures, ADriverStepFailsWholeOrAfterEveryJobHasItsOutput) {
+  EngineOptions eo;
+  eo.base_rows = 512;
+  eo.residual_rows = 512;
+  eo.prefill_chunk = 16;
+  ContextOptions options{SharingMode::kBaseShared, SharedWriter::kFirst};
+  options.eviction.policy = "h2o";
+  options.eviction.budget_tokens = 24;
+  options.eviction.sinks = 2;
+  options.eviction.window = 4;
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 40; ++i) prompt.push_back((i * 11 + 5) % 48);
+  const std::vector<int32_t> forced = {7, 9, 11, 13, 15, 17};
+  constexpr int kStepsBefore = 5;  // the prompt's chunks and the first forced tokens
+  struct Run {
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<Driver> driver;
+    ContextId ctx;
+    std::vector<int64_t> outputs = std::vector<int64_t>(2, 0);  // per job
+  };
+  auto start = [&](Run& run) {
+    run.engine = std::make_unique<Engine>(*tiny_.model, eo);
+    run.ctx = run.engine->create_context(options, {adapters_[0], adapters_[1]});
+    run.engine->append(run.ctx, prompt);
+    run.driver = std::make_unique<Driver>(*run.engine);
+    for (int32_t r = 0; r < 2; ++r) {
+      DriverJob job = forced_decode_job({run.ctx, r}, forced);
+      job.on_output = [&run, r](const StepOutput&) { ++run.outputs[static_cast<size_t>(r)]; };  // allocates nothing
+      run.driver->add(std::move(job));
+    }
+    for (int s = 0; s < kStepsBefore; ++s) ASSERT_TRUE(run.driver->step());
+  };
+  Run reference;
+  start(reference);
+  t_allocations = 0;
+  ASSERT_TRUE(reference.driver->step());
+  const int64_t allocations = t_allocations;
+  ASSERT_GT(reference.driver->stats().rows_evicted, 0) << "the steps should evict";
+
+  // 80 allocations spread over the step, and each of its last 60 (the eviction after it and
+  // the handing out of outputs).
+  std::vector<int64_t> armed;
+  for (int64_t i = 0; i < 80; ++i) armed.push_back(1 + i * (allocations - 1) / 79);
+  for (int64_t k = std::max<int64_t>(1, allocations - 60); k <= allocations; ++k) armed.push_back(k);
+  int64_t rolled_back = 0, after_commit = 0;
+  for (const int64_t k : armed) {
+    Run run;
+    start(run);
+    const std::string before = describe_state(*run.engine, {run.ctx});
+    const std::vector<int64_t> outputs_before = run.outputs;
+    t_fail_in = k;
+    bool threw = false;
+    try {
+      run.driver->step();
+    } catch (const std::exception&) {
+      threw = true;
+    }
+    t_fail_in = 0;
+    if (!threw) continue;
+    if (run.outputs == outputs_before) {
+      ++rolled_back;
+      EXPECT_EQ(describe_state(*run.engine, {run.ctx}), before) << "allocation " << k << " of " << allocations;
+      continue;
+    }
+    ++after_commit;
+    for (int32_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(run.outputs[static_cast<size_t>(r)], outputs_before[static_cast<size_t>(r)] + 1)
+          << "allocation " << k << ": job " << r << " did not get the step's output";
+      EXPECT_EQ(run.engine->private_tokens({run.ctx, r}), reference.engine->private_tokens({reference.ctx, r}))
+          << "allocation " << k << ": the step's rows should stand";
+    }
+  }
+  EXPECT_GE(rolled_back, 10);
+  EXPECT_GE(after_commit, 3);
+  std::printf("%lld allocations in the step; of %zu failures armed, %lld rolled back, %lld after the commit\n",
+              static_cast<long long>(allocations), armed.size(), static_cast<long long>(rolled_back),
+              static_cast<long long>(after_commit));
 }
 
 }  // namespace

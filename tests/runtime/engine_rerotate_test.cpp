@@ -24,6 +24,7 @@
 #include "lorakv/runtime/engine.h"
 #include "tests/runtime/tiny_engine_model.h"
 #include "tests/support/reference_values.h"
+#include "tests/runtime/step_then_evict.h"
 
 namespace lorakv::runtime {
 namespace {
@@ -53,7 +54,7 @@ at::Tensor session_logits(const LlamaModel& model, bool rerotate, SharingMode mo
   const ContextId ctx = e.create_context({mode, SharedWriter::kFirst}, readers);
   std::vector<at::Tensor> out;
   auto step = [&](const std::vector<StepWork>& work) {
-    const StepResult r = e.step(work);
+    const StepResult r = lorakv::testing::step_then_evict(e, work);
     EXPECT_TRUE(r.ok);
     for (const StepOutput& o : r.outputs) out.push_back(o.logits);
   };
@@ -120,13 +121,13 @@ Streamed stream(const LlamaModel& model, bool rerotate) {
   s.trajectory = tokens(192, 7);
   for (size_t i = 0; i < s.trajectory.size(); i += 8) {
     e.append(ctx, std::vector<int32_t>(s.trajectory.begin() + static_cast<int64_t>(i), s.trajectory.begin() + static_cast<int64_t>(i) + 8));
-    const StepResult r = e.step({{{ctx, 0}, StepWork::Kind::kContext, {}, 0, true}});
+    const StepResult r = lorakv::testing::step_then_evict(e, {{{ctx, 0}, StepWork::Kind::kContext, {}, 0, true}});
     EXPECT_TRUE(r.ok);
     s.finite = s.finite && at::isfinite(r.outputs[0].logits).all().item<bool>();
     for (const std::vector<int32_t>& lane : e.kept_positions(ctx)) s.most_rows = std::max<int64_t>(s.most_rows, static_cast<int64_t>(lane.size()));
   }
   s.kept = e.kept_positions(ctx).front();
-  const StepResult r = e.step({{{ctx, 0}, StepWork::Kind::kPrivate, {5}, 0, false}});
+  const StepResult r = lorakv::testing::step_then_evict(e, {{{ctx, 0}, StepWork::Kind::kPrivate, {5}, 0, false}});
   s.last = r.outputs[0].logits[0];
   return s;
 }
@@ -146,8 +147,8 @@ TEST(EngineRerotate, StreamsThreeTimesPastTheModelsContext) {
   std::vector<int32_t> kept_tokens;
   for (int32_t p : rerotated.kept) kept_tokens.push_back(rerotated.trajectory[static_cast<size_t>(p)]);
   fresh.append(ctx, kept_tokens);
-  while (fresh.pending_tokens({ctx, 0}) > 0) fresh.step({{{ctx, 0}, StepWork::Kind::kContext, {}, 0, false}});
-  const at::Tensor baseline = fresh.step({{{ctx, 0}, StepWork::Kind::kPrivate, {5}, 0, false}}).outputs[0].logits[0];
+  while (fresh.pending_tokens({ctx, 0}) > 0) lorakv::testing::step_then_evict(fresh, {{{ctx, 0}, StepWork::Kind::kContext, {}, 0, false}});
+  const at::Tensor baseline = lorakv::testing::step_then_evict(fresh, {{{ctx, 0}, StepWork::Kind::kPrivate, {5}, 0, false}}).outputs[0].logits[0];
   const double kl_rerotated = kl(baseline, rerotated.last), kl_plain = kl(baseline, plain.last);
   std::cout << "[rerotate] KL against the window-only baseline: " << kl_rerotated << " rerotated, " << kl_plain
             << " at true positions past the context\n";
@@ -159,7 +160,7 @@ std::vector<at::Tensor> stream_on(Engine& e, ContextId ctx, const std::vector<in
   std::vector<at::Tensor> out;
   for (size_t i = from; i < to; i += 8) {
     e.append(ctx, std::vector<int32_t>(trajectory.begin() + static_cast<int64_t>(i), trajectory.begin() + static_cast<int64_t>(i) + 8));
-    const StepResult r = e.step({{{ctx, 0}, StepWork::Kind::kContext, {}, 0, true}});
+    const StepResult r = lorakv::testing::step_then_evict(e, {{{ctx, 0}, StepWork::Kind::kContext, {}, 0, true}});
     EXPECT_TRUE(r.ok);
     if (r.ok) out.push_back(r.outputs[0].logits);
   }

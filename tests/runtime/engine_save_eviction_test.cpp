@@ -19,6 +19,7 @@
 #include "lorakv/runtime/engine.h"
 #include "tests/runtime/tiny_engine_model.h"
 #include "tests/support/gguf_builder.h"
+#include "tests/runtime/step_then_evict.h"
 
 namespace lorakv::runtime {
 namespace {
@@ -113,7 +114,7 @@ class Script {
       }
       work.push_back(w);
     }
-    return work.empty() ? StepResult{} : e.step(work);
+    return work.empty() ? StepResult{} : lorakv::testing::step_then_evict(e, work);
   }
   // This script, from its state now, on another engine's context `ctx`.
   Script on(ContextId ctx) const {

@@ -22,6 +22,7 @@
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/eviction_bound.h"
 #include "tests/runtime/tiny_engine_model.h"
+#include "tests/runtime/step_then_evict.h"
 
 namespace lorakv::runtime {
 namespace {
@@ -284,7 +285,7 @@ class EngineLossBound : public ::testing::Test {
     int64_t evicting_steps = 0;
     double bound_sum = 0, actual_sum = 0, largest_ratio = 0;
     for (int64_t s = 0; s < kSteps; ++s) {
-      const StepResult r = engine.step({StepWork{{ctx, 0}, StepWork::Kind::kContext, {}, kChunk, false}});
+      const StepResult r = lorakv::testing::step_then_evict(engine, {StepWork{{ctx, 0}, StepWork::Kind::kContext, {}, kChunk, false}});
       ASSERT_TRUE(r.ok);
       SequenceInput in;
       in.seq = SeqId(0);
@@ -330,7 +331,7 @@ TEST_F(EngineLossBound, OffByDefault) {
   e.budget_tokens = 8;
   const ContextId ctx = engine.create_context({SharingMode::kFull, SharedWriter::kFirst, e}, {nullptr});
   engine.append(ctx, random_tokens(24, 3));
-  const StepResult r = engine.step({StepWork{{ctx, 0}, StepWork::Kind::kContext, {}, 24, false}});
+  const StepResult r = lorakv::testing::step_then_evict(engine, {StepWork{{ctx, 0}, StepWork::Kind::kContext, {}, 24, false}});
   ASSERT_TRUE(r.ok);
   EXPECT_GT(r.stats.rows_evicted, 0);
   EXPECT_EQ(r.stats.loss_bound_terms, 0) << "no bound unless asked";
@@ -379,11 +380,11 @@ TEST_F(EngineLossBound, WindowGrowthKeepsTheReplysNewestRowsUntilTheNextAppend) 
     prefill(engine, {ctx, 0});
     const std::vector<int32_t> reply = random_tokens(8, 10);
     for (int32_t t : reply) {
-      EXPECT_TRUE(engine.step({StepWork{{ctx, 0}, StepWork::Kind::kPrivate, {t}, 0, false}}).ok);
+      EXPECT_TRUE(lorakv::testing::step_then_evict(engine, {StepWork{{ctx, 0}, StepWork::Kind::kPrivate, {t}, 0, false}}).ok);
     }
     engine.commit_private({ctx, 0});
     // A step (here with nothing to process) evicts what the committed reply brought.
-    EXPECT_TRUE(engine.step({StepWork{{ctx, 0}, StepWork::Kind::kContext, {}, 0, false}}).ok);
+    EXPECT_TRUE(lorakv::testing::step_then_evict(engine, {StepWork{{ctx, 0}, StepWork::Kind::kContext, {}, 0, false}}).ok);
     if (append_after) {
       engine.append(ctx, random_tokens(1, 11));
       prefill(engine, {ctx, 0});
