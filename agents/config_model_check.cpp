@@ -8,6 +8,8 @@
 #include "lorakv/adapters/adapter_loader.h"
 #include "lorakv/agents/alora_turn.h"
 #include "lorakv/agents/chat_layout.h"
+#include "lorakv/agents/config_options.h"
+#include "lorakv/agents/runtime_core.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/formats/gguf_file.h"
 #include "lorakv/formats/tokenizer_gguf.h"
@@ -116,6 +118,28 @@ void check_sharing_mode(const SessionConfig& c, const std::vector<std::shared_pt
   }
 }
 
+// What the engine checks of the session's context when it opens (the eviction keys against
+// the model and the cache options: rerotate's rule, a per-head policy's lanes, one layer
+// weight per layer), reported at the key in the file.
+void check_context_rules(const SessionConfig& c, const runtime::ModelConfig& model) {
+  const SessionOptions s = session_options(c);
+  try {
+    runtime::check_context_options({s.mode, s.writer, s.eviction}, engine_options(runtime_options(c)), model);
+  } catch (const config::ConfigFileError&) {
+    throw;
+  } catch (const ConfigError& e) {
+    // The engine names "eviction.policy"...; its layer weights are the YAML's layer_budgets list.
+    std::string key = "cache." + e.context().key;
+    if (key == "cache.eviction.layer_weights") key = "cache.eviction.layer_budgets";
+    for (const char* outer : {"cache.eviction", "cache", "model.path"}) {
+      if (!c.marks.has(key)) key = outer;
+    }
+    std::string message = e.message();
+    if (!e.context().found.empty()) message += ": expected " + e.context().expected + ", found " + e.context().found;
+    throw c.error_at(key, message, e.context().hint);
+  }
+}
+
 }  // namespace
 
 ConfigModelReport check_config_against_model(const SessionConfig& c) {
@@ -123,6 +147,7 @@ ConfigModelReport check_config_against_model(const SessionConfig& c) {
   check_turn_headers(c, *header.tokenizer);
   const std::vector<std::shared_ptr<const adapters::Adapter>> loaded = load_adapters(c, adapter_shape(header.config));
   check_sharing_mode(c, loaded, ChatLayout(*header.tokenizer));
+  check_context_rules(c, header.config);
   ConfigModelReport report;
   report.architecture = header.config.architecture;
   report.model_name = header.config.name;

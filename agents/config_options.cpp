@@ -16,6 +16,7 @@ RuntimeOptions runtime_options(const config::SessionConfig& c) {
   o.kv_dtype = c.cache.kv_dtype;
   o.residual_dtype = c.cache.residual_dtype;
   o.rerotate = c.cache.rerotate;
+  o.per_head_token_sets = c.cache.per_head_token_sets;
   o.prefill_chunk = c.cache.prefill_chunk;
   o.step_token_budget = c.cache.step_token_budget;
   return o;

@@ -38,6 +38,9 @@ void check_options(const RuntimeOptions& o) {
   if (o.threads < 0) throw ConfigError("threads must be 0 (libtorch's default) or more", {"", "threads"});
 }
 
+
+}  // namespace
+
 runtime::EngineOptions engine_options(const RuntimeOptions& o) {
   runtime::EngineOptions e;
   e.kv_pool_bytes = o.kv_pool_bytes;
@@ -46,11 +49,10 @@ runtime::EngineOptions engine_options(const RuntimeOptions& o) {
   e.prefill_chunk = o.prefill_chunk;
   if (!o.kv_dtype.empty()) e.kv_dtype = runtime::parse_kv_dtype(o.kv_dtype, "kv_dtype");
   e.rerotate = o.rerotate;
+  e.per_head_token_sets = o.per_head_token_sets;
   if (!o.residual_dtype.empty()) e.residual_dtype = runtime::parse_kv_dtype(o.residual_dtype, "residual_dtype");
   return e;
 }
-
-}  // namespace
 
 RuntimeCore::RuntimeCore(RuntimeOptions o) : options(std::move(o)) {
   check_options(options);

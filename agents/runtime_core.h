@@ -101,6 +101,10 @@ struct SessionState {
   Reservation reserved;
 };
 
+// The engine a Runtime with these options creates: pools, dtypes, rerotate, per-head token
+// sets (agents/runtime.cpp); also what the config check tests contexts against.
+runtime::EngineOptions engine_options(const RuntimeOptions& options);
+
 struct RuntimeCore : StepSource {
   explicit RuntimeCore(RuntimeOptions options);
   ~RuntimeCore() override;

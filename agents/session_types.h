@@ -33,6 +33,9 @@ struct RuntimeOptions {
   // past the model's context. Its sessions save as format version 4 and restore only into a
   // rerotating runtime.
   bool rerotate = false;
+  // Each KV head keeps its own token set (runtime::EngineOptions::per_head_token_sets): what
+  // the per-head policy adakv needs; false: one token set per layer.
+  bool per_head_token_sets = false;
   int64_t prefill_chunk = 512;              // most context tokens one agent processes in one step
   // Most tokens one engine step runs over every session. Decoding goes first; appended text
   // is processed in chunks with what is left, so a long append does not stall decoding.

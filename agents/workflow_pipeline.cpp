@@ -39,6 +39,13 @@ void check_spec(const Session& session, const PipelineSpec& spec) {
   }
 }
 
+// Whether some task's text takes the input through `{input}`.
+bool names_input(const PipelineSpec& spec) {
+  return std::any_of(spec.tasks.begin(), spec.tasks.end(), [](const PipelineTask& t) {
+    return t.description.find("{input}") != std::string::npos || t.expected_output.find("{input}") != std::string::npos;
+  });
+}
+
 }  // namespace
 
 std::string task_prompt(const PipelineTask& task, const std::string& input) {
@@ -54,6 +61,8 @@ WorkflowResult run_pipeline(Session& session, const PipelineSpec& spec, const st
   check_spec(session, spec);
   ObservedSession s(session, observer);
   if (!spec.system.empty()) s.append("system", spec.system);
+  // A pipeline whose tasks do not place the input gets it as a user turn of its own, first.
+  if (!input.empty() && !names_input(spec)) s.append("user", input);
   for (const PipelineTask& task : spec.tasks) {
     s.append("user", task_prompt(task, input));
     const Reply reply = s.generate(agent_of(spec, task));

@@ -25,13 +25,16 @@ Generates text from a prompt, streaming it to stdout as it is produced. Greedy b
 
 flags:
   --model FILE              GGUF model file (required), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf
-  --prompt TEXT             the prompt (required); special tokens such as <|im_start|> are recognised.
+  --prompt TEXT             the prompt (this or --prompt-file required); special tokens such as
+                            <|im_start|> are recognised; - reads it from standard input.
                             Repeatable: several prompts are generated as one batch, each printed
                             when the batch finishes (one prompt streams as it is produced)
+  --prompt-file FILE        a prompt read from FILE, after the --prompt ones; repeatable
   --adapter NAME=PATH       load a LoRA adapter as NAME: a PEFT directory (adapter_config.json +
                             adapter_model.safetensors) or a llama.cpp GGUF LoRA file; repeatable
   --use NAME                the adapter for the prompts: once for every prompt, or once per prompt
-                            in order; "base" runs a prompt without an adapter (default: base)
+                            in order; "base" runs a prompt without an adapter (default: the adapter
+                            when one is loaded, base when none; with several, --use is required)
   --chat                    wrap the prompt in the model's chat format (ChatML for SmolLM2, from the
                             file's tokenizer.chat_template) as a user turn; stop at end of turn
   --chat-format NAME        with --chat: use this format (chatml or llama3) instead of detecting it
@@ -42,7 +45,8 @@ flags:
   --top-p P                 sample among the smallest set of tokens with probability >= P (default 1)
   --repetition-penalty R    > 1 discourages repeating context tokens (default 1: off)
   --seed S                  random seed for sampling (default 0)
-  --stop TEXT               stop when TEXT appears; not printed; repeatable
+  --stop TEXT               stop when TEXT appears; not printed; repeatable; \n, \t, \r and \\
+                            stand for a newline, a tab, a carriage return and a backslash
   --logprobs                after the text, print each generated token with its log-probability
   --memory                  print the KV cache's bytes (measured from its pools: base K, V,
                             positions, peak, metadata) and the model's and adapters' to stderr
@@ -51,6 +55,8 @@ flags:
                             for the K/V cache; default: the --dtype
   --rerotate                keys stored before RoPE, rotated to their index among the rows
                             kept (endless streaming; with --policy streaming_llm or none)
+  --per-head                each KV head keeps its own token set (per-head eviction), as
+                            --policy adakv needs
   --weights FORM            native (default: a GGUF file's 4/8-bit blocks stay quantised and
                             are read directly, about 6x fewer bytes per token than float32),
                             bfloat16, or float32 (exact against the dequantised model)
@@ -120,6 +126,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   gen_options.eviction = options.eviction;
   gen_options.kv_dtype = options.kv_dtype;
   gen_options.rerotate = options.rerotate;
+  gen_options.per_head_token_sets = options.per_head_token_sets;
   std::vector<runtime::GenerationOutput> results = runtime::generate(
       *loaded.model, &tok, requests,
       [&](const runtime::StreamEvent& e) {

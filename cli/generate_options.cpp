@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include "lorakv/cli/eviction_flags.h"
@@ -97,6 +99,13 @@ std::vector<std::string> parse_uses(const CliArgs& a, size_t num_prompts, const 
     throw ConfigError("--use names no adapter", {"", "--use", "one of: " + joined(known), "'" + use + "'",
                                                  "load it with --adapter " + use + "=PATH"});
   }
+  // No --use: the one adapter loaded, when there is one; with several, say which.
+  if (uses.empty() && adapters.size() == 1) uses.push_back(adapters.front().name);
+  if (uses.empty() && adapters.size() > 1) {
+    throw ConfigError("several adapters are loaded and --use names none",
+                      {"", "--use", "one of: " + joined(known), "no --use",
+                       "add --use NAME (--use base runs the model without an adapter)"});
+  }
   if (uses.size() == 1) uses.assign(num_prompts, uses[0]);
   return uses;
 }
@@ -111,19 +120,64 @@ runtime::SamplingOptions parse_sampling(const CliArgs& a) {
   return s;
 }
 
+// A stop string as typed: \n, \t, \r and \\ stand for a newline, a tab, a carriage return
+// and a backslash (a shell passes "\n" as two characters).
+std::string unescaped_stop(const std::string& typed) {
+  std::string out;
+  for (size_t i = 0; i < typed.size(); ++i) {
+    if (typed[i] != '\\') {
+      out += typed[i];
+      continue;
+    }
+    const char next = i + 1 < typed.size() ? typed[i + 1] : '\0';
+    const std::string known = "ntr\\";
+    if (next == '\0' || known.find(next) == std::string::npos) {
+      throw ConfigError("unknown escape in a stop string", {"", "--stop", "\\n, \\t, \\r or \\\\", "'" + typed + "'",
+                                                            "write a backslash as \\\\"});
+    }
+    out += next == 'n' ? '\n' : next == 't' ? '\t' : next == 'r' ? '\r' : '\\';
+    ++i;
+  }
+  return out;
+}
+
 std::vector<std::string> parse_stops(const CliArgs& a) {
-  std::vector<std::string> stops = a.get_all("--stop");
-  for (const std::string& s : stops) {
+  std::vector<std::string> stops;
+  for (const std::string& s : a.get_all("--stop")) {
     if (s.empty()) throw ConfigError("empty stop string", {"", "--stop", "a non-empty string", "\"\"", kHelpHint});
+    stops.push_back(unescaped_stop(s));
   }
   return stops;
+}
+
+// The prompts: each --prompt (`-`: standard input, read once), then each --prompt-file's text.
+std::vector<std::string> parse_prompts(const CliArgs& a, std::istream& standard_input) {
+  std::vector<std::string> prompts = a.get_all("--prompt");
+  bool read_stdin = false;
+  for (std::string& p : prompts) {
+    if (p != "-") continue;
+    if (read_stdin) throw ConfigError("standard input is read once", {"", "--prompt", "one --prompt -", "two", kHelpHint});
+    read_stdin = true;
+    p.assign(std::istreambuf_iterator<char>(standard_input), std::istreambuf_iterator<char>());
+  }
+  for (const std::string& path : a.get_all("--prompt-file")) {
+    require_path("--prompt-file", path, "a text file holding a prompt", "check the path");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError("cannot read the prompt file", {path, "--prompt-file", "a readable file", "", "check its permissions"});
+    prompts.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  if (prompts.empty()) a.require("--prompt");  // throws naming the flag
+  for (const std::string& p : prompts) {
+    if (p.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "\"\"", ""});
+  }
+  return prompts;
 }
 
 }  // namespace
 
 const std::set<std::string>& generate_value_flags() {
   static const std::set<std::string> flags = [] {
-    std::set<std::string> f = {"--model", "--prompt",  "--max-tokens", "--temperature", "--top-k",
+    std::set<std::string> f = {"--model", "--prompt", "--prompt-file", "--max-tokens", "--temperature", "--top-k",
                                "--top-p", "--repetition-penalty", "--seed", "--stop", "--dtype",
                                "--weights", "--log-level", "--adapter", "--use", "--chat-format", "--kv-dtype"};
     f.insert(eviction_value_flags().begin(), eviction_value_flags().end());
@@ -134,14 +188,14 @@ const std::set<std::string>& generate_value_flags() {
 
 const std::set<std::string>& generate_bool_flags() {
   static const std::set<std::string> flags = [] {
-    std::set<std::string> f = {"--chat", "--logprobs", "--memory", "--help", "--rerotate"};
+    std::set<std::string> f = {"--chat", "--logprobs", "--memory", "--help", "--rerotate", "--per-head"};
     f.insert(eviction_bool_flags().begin(), eviction_bool_flags().end());
     return f;
   }();
   return flags;
 }
 
-GenerateOptions parse_generate_options(const CliArgs& a) {
+GenerateOptions parse_generate_options(const CliArgs& a, std::istream& standard_input) {
   GenerateOptions o;
   if (!a.positional().empty()) {
     throw ConfigError("unexpected argument", {"", a.positional().front(), "flags only", "", kHelpHint});
@@ -154,11 +208,7 @@ GenerateOptions parse_generate_options(const CliArgs& a) {
   // config.json are the loader's to check, with their own messages).
   require_files_in_folder("--model", o.model_path, {"tokenizer.json"},
                           "generate needs the checkpoint's tokenizer.json beside config.json");
-  o.prompts = a.get_all("--prompt");
-  if (o.prompts.empty()) a.require("--prompt");  // throws naming the flag
-  for (const std::string& p : o.prompts) {
-    if (p.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "\"\"", ""});
-  }
+  o.prompts = parse_prompts(a, standard_input);
   o.adapters = parse_adapters(a);
   o.uses = parse_uses(a, o.prompts.size(), o.adapters);
   o.chat = a.has("--chat");
@@ -177,6 +227,7 @@ GenerateOptions parse_generate_options(const CliArgs& a) {
   o.eviction = parse_eviction_flags(a);
   o.print_memory = a.has("--memory");
   o.rerotate = a.has("--rerotate");
+  o.per_head_token_sets = a.has("--per-head");
   return o;
 }
 

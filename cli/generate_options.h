@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct GenerateOptions {
   at::ScalarType dtype = at::kFloat;
   std::optional<cache::StorageDtype> kv_dtype;  // --kv-dtype; unset: the activations' dtype
   bool rerotate = false;                        // --rerotate
+  bool per_head_token_sets = false;             // --per-head
   runtime::WeightForm weights = runtime::WeightForm::kNative;  // --weights
   bool chat = false;
   bool print_memory = false;  // --memory
@@ -43,7 +45,8 @@ struct GenerateOptions {
 
 // Parses and checks every flag of `lorakv generate` (not --help). Reads nothing but whether
 // the named paths exist. Throws ConfigError naming the flag, the value and a hint.
-GenerateOptions parse_generate_options(const CliArgs& args);
+// `--prompt -` reads the prompt from `standard_input`, `--prompt-file FILE` from the file.
+GenerateOptions parse_generate_options(const CliArgs& args, std::istream& standard_input = std::cin);
 
 // The flags `lorakv generate` takes.
 const std::set<std::string>& generate_value_flags();

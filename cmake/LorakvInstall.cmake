@@ -47,8 +47,12 @@ install(TARGETS ${_lorakv_install_targets} EXPORT lorakvTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT lorakvTargets NAMESPACE lorakv:: DESTINATION ${LORAKV_INSTALL_CMAKEDIR})
 
-# The installed `lorakv` keeps torch's library folder in its run path, as the build's does.
-set_target_properties(lorakv PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
+# The installed `lorakv` finds libtorch, and the libgomp torch ships beside it, in the torch
+# folder the build used: its run path names that folder's lib/ first (resolved, so that it
+# does not go through the clone's .venv link). torch's targets link by full path, so the link
+# path alone (kept after it, for the CUDA runtime) names no torch folder.
+get_filename_component(_lorakv_torch_lib "${LORAKV_TORCH_DIR}/lib" REALPATH)
+set_target_properties(lorakv PROPERTIES INSTALL_RPATH "${_lorakv_torch_lib}" INSTALL_RPATH_USE_LINK_PATH TRUE)
 install(TARGETS lorakv RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # What the config checks on the consumer's side: the torch this lorakv was built against.

@@ -211,7 +211,8 @@ bool Driver::step_over(std::map<JobId, Slot>& slots) {
     try {
       throw CapacityError("the cache cannot hold the next step of this job even alone: " + result.admissions.front().reason,
                           {"", where(*first.job), "", "",
-                           "raise EngineOptions::kv_pool_bytes (or base_rows / residual_rows) or release contexts"});
+                           "give the pools more room (YAML cache.pool_bytes; EngineOptions::kv_pool_bytes, or base_rows / "
+                           "residual_rows) or release contexts"});
     } catch (...) {
       if (!fail(first, std::current_exception())) throw;
     }

@@ -68,13 +68,19 @@ int64_t residual_pool_blocks(const cache::CacheLayout& l, int64_t residual_rows)
   return pool_blocks(l, residual_rows, 128, 4, "EngineOptions::residual_rows = " + std::to_string(residual_rows));
 }
 
+cache::CacheLayout cache_layout(const ModelConfig& c, const EngineOptions& o) {
+  cache::CacheLayout layout;
+  layout.num_layers = c.num_layers;
+  layout.num_kv_heads = c.num_kv_heads;
+  layout.head_dim = c.head_dim;
+  layout.block_size = o.block_size;
+  layout.heads_per_group = o.per_head_token_sets ? 1 : c.num_kv_heads;
+  return layout;
+}
+
 cache::CacheConfig cache_config(const ModelConfig& c, const EngineOptions& o, at::ScalarType dtype) {
   cache::CacheConfig config;
-  config.layout.num_layers = c.num_layers;
-  config.layout.num_kv_heads = c.num_kv_heads;
-  config.layout.head_dim = c.head_dim;
-  config.layout.block_size = o.block_size;
-  config.layout.heads_per_group = o.per_head_token_sets ? 1 : c.num_kv_heads;
+  config.layout = cache_layout(c, o);
   config.base_dtype = base_dtype(o, dtype);
   config.keys_before_rope = o.rerotate;
   config.residual_dtype = residual_dtype(o, dtype);
@@ -253,18 +259,24 @@ Engine::Engine(const LlamaModel& model, EngineOptions options)
 
 Engine::~Engine() = default;
 
+void check_context_options(const ContextOptions& context, const EngineOptions& engine, const ModelConfig& model) {
+  (void)cache::eviction::make_policy(context.eviction);  // ConfigError naming the key
+  if (engine.rerotate && context.eviction.enabled() && context.eviction.policy != "streaming_llm") {
+    throw ConfigError("rerotate keeps streaming_llm contexts only",
+                      {"", "eviction.policy", "streaming_llm (or none)", context.eviction.policy,
+                       "a scoring policy keeps scattered rows, whose indices would jump as rows go; turn rerotate "
+                       "off for it"});
+  }
+  check_eviction_fits(context.eviction, cache_layout(model, engine));
+}
+
 ContextId Engine::create_context(ContextOptions options,
                                  const std::vector<std::shared_ptr<const adapters::Adapter>>& readers) {
   const ContextId id(state_->next_context);
   ContextState c;
   c.options = options;
-  c.policy = cache::eviction::make_policy(options.eviction);  // ConfigError naming the key
-  if (options_.rerotate && options.eviction.enabled() && options.eviction.policy != "streaming_llm") {
-    throw ConfigError("rerotate keeps streaming_llm contexts only",
-                      {"", "eviction.policy", "streaming_llm (or none)", options.eviction.policy,
-                       "a scoring policy keeps scattered rows, whose indices would jump as rows go"});
-  }
-  check_eviction_fits(options.eviction, cache_->layout());
+  check_context_options(options, options_, model_.config());
+  c.policy = cache::eviction::make_policy(options.eviction);
   state_->contexts.emplace(id.value(), std::move(c));
   ++state_->next_context;
   try {

@@ -364,6 +364,13 @@ class Engine {
   std::unique_ptr<State> state_;
 };
 
+// What Engine::create_context checks of a context's options against an engine's options and
+// model, without an engine: the eviction keys, rerotate's rule (streaming_llm only), a
+// per-head policy's lanes, one layer weight per layer. So a session config is checked whole
+// before any weight loads (agents/config_model_check.h). Throws ConfigError naming the key
+// ("eviction.policy", "eviction.layer_weights", ...).
+void check_context_options(const ContextOptions& context, const EngineOptions& engine, const ModelConfig& model);
+
 // The cache has no room for work that cannot wait: thrown by the driver (runtime/driver.h)
 // when a step admits nothing, by import_context for rows that do not fit, and by generate()
 // for a reply's rows; names the pool.

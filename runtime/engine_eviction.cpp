@@ -107,7 +107,8 @@ void check_eviction_fits(const cache::eviction::EvictionConfig& e, const cache::
   if (e.policy == "adakv" && layout.num_groups() < 2) {
     throw ConfigError("adakv spreads a layer's budget over its KV heads, so each KV head must keep its own rows",
                       {"", "eviction.policy", "", e.policy,
-                       "create the engine with EngineOptions::per_head_token_sets (lorakv perplexity --per-head), or use snapkv"});
+                       "give each KV head its own token set (EngineOptions::per_head_token_sets; YAML "
+                       "cache.per_head_token_sets: true; the --per-head flag of generate and perplexity), or use snapkv"});
   }
   if (e.layer_budgets == "list" && static_cast<int64_t>(e.layer_weights.size()) != layout.num_layers) {
     throw ConfigError("layer_weights needs one weight per layer of the model",

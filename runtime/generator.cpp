@@ -168,6 +168,7 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
     EngineOptions eo;
     eo.kv_dtype = options.kv_dtype;
     eo.rerotate = options.rerotate;
+    eo.per_head_token_sets = options.per_head_token_sets;
     eo.kv_pool_bytes = pool_bytes_for(model, eo, requests, commits ? options.commit_every : 0);
     Engine engine(model, eo);
     std::vector<DriverJob> jobs;

@@ -69,6 +69,7 @@ struct GeneratorOptions {
   int64_t commit_every = 16;
   std::optional<cache::StorageDtype> kv_dtype;  // EngineOptions::kv_dtype (use_cache only)
   bool rerotate = false;                        // EngineOptions::rerotate (use_cache only)
+  bool per_head_token_sets = false;             // EngineOptions::per_head_token_sets (use_cache only)
 };
 
 // Runs all requests as one batch until each finishes. `tokenizer` may be null when no

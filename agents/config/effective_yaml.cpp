@@ -102,6 +102,7 @@ void print_runtime(Printer& p, const SessionConfig& c) {
   p.plain("pool_bytes", size_text(c.cache.pool_bytes));
   p.plain("kv_dtype", c.cache.kv_dtype.empty() ? c.model.dtype : c.cache.kv_dtype);
   p.plain("rerotate", c.cache.rerotate ? "true" : "false");
+  p.plain("per_head_token_sets", c.cache.per_head_token_sets ? "true" : "false");
   p.plain("residual_dtype", c.cache.residual_dtype.empty() ? c.model.dtype : c.cache.residual_dtype);
   p.plain("residual_rows_per_base_row", number_text(c.cache.residual_rows_per_base_row));
   p.number("prefill_chunk", c.cache.prefill_chunk);

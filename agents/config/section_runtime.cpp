@@ -149,7 +149,8 @@ void read_cache_section(const ConfigReader& r, const MapReader& top, SessionConf
   if (node == nullptr) return;
   const MapReader cache(r, Field{*node, "cache"},
                         {"mode", "writer", "block_size", "pool_bytes", "kv_dtype", "residual_dtype", "rerotate",
-                         "residual_rows_per_base_row", "prefill_chunk", "step_token_budget", "eviction"});
+                         "per_head_token_sets", "residual_rows_per_base_row", "prefill_chunk", "step_token_budget",
+                         "eviction"});
   CacheSection& c = config.cache;
   if (cache.has("mode")) c.mode = read_choice(r, cache.get("mode"), cache_mode_names());
   if (cache.has("writer")) c.writer = read_choice(r, cache.get("writer"), cache_writer_names());
@@ -157,6 +158,9 @@ void read_cache_section(const ConfigReader& r, const MapReader& top, SessionConf
   if (cache.has("pool_bytes")) c.pool_bytes = read_byte_size(r, cache.get("pool_bytes"));
   if (cache.has("kv_dtype")) c.kv_dtype = read_choice(r, cache.get("kv_dtype"), {"float32", "bfloat16", "int8"});
   if (cache.has("rerotate")) c.rerotate = read_choice(r, cache.get("rerotate"), {"true", "false"}) == "true";
+  if (cache.has("per_head_token_sets")) {
+    c.per_head_token_sets = read_choice(r, cache.get("per_head_token_sets"), {"true", "false"}) == "true";
+  }
   if (cache.has("residual_dtype")) c.residual_dtype = read_choice(r, cache.get("residual_dtype"), {"float32", "bfloat16"});
   if (cache.has("residual_rows_per_base_row")) {
     c.residual_rows_per_base_row = read_number(r, cache.get("residual_rows_per_base_row"), 0, 1e6, true,

@@ -56,6 +56,7 @@ struct CacheSection {
   std::string kv_dtype;        // RuntimeOptions::kv_dtype; empty: the model's dtype
   std::string residual_dtype;  // RuntimeOptions::residual_dtype; empty: the model's dtype
   bool rerotate = false;       // RuntimeOptions::rerotate
+  bool per_head_token_sets = false;  // RuntimeOptions::per_head_token_sets
   double residual_rows_per_base_row = 2.0;
   int64_t prefill_chunk = 512;
   int64_t step_token_budget = 512;  // 0: no limit

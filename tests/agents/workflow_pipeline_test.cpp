@@ -71,6 +71,25 @@ TEST(WorkflowPipeline, AppendsEachTaskThenItsAgentsTurn) {
                                               "append user", "start actor", "end actor"}));
 }
 
+// Tasks that do not name {input}: the input is a user turn of its own before the first task,
+// so it reaches the agents anyway.
+TEST(WorkflowPipeline, InputNoTaskNamesGoesInAsItsOwnTurn) {
+  auto session = testing::qv_role_session();
+  PipelineSpec spec = two_task_pipeline();
+  spec.system.clear();
+  spec.tasks[0].description = "Plan how to answer the question.";
+  spec.tasks[1].description = "Write the action.";
+  const std::string question = "How old was Dok Gramein in 1940?";
+  const WorkflowResult r = run_pipeline(*session, spec, question, {});
+  ASSERT_GE(r.turns.size(), 2u);
+  EXPECT_EQ(turns_of(r)[0], (std::pair<std::string, std::string>{"user", question}));
+  EXPECT_EQ(r.turns[1].text, "Plan how to answer the question.\nExpected output: a thought and an action");
+  // With {input} named, no extra turn: the first turn is the task's.
+  const WorkflowResult named = run_pipeline(*testing::qv_role_session(), two_task_pipeline(), question, {});
+  EXPECT_EQ(named.turns[1].role, "user");
+  EXPECT_EQ(named.turns[1].text.rfind("Plan how to answer: " + question, 0), 0u);
+}
+
 TEST(WorkflowPipeline, RefusesBadSpecsBeforeAppending) {
   auto session = testing::qv_role_session();
   PipelineSpec spec = two_task_pipeline();

@@ -91,6 +91,35 @@ TEST(RunCommand, BadArgumentsAreRefused) {
   }
 }
 
+// What `run` refuses of a config for the file itself, `run --check` refuses too, with the same
+// message (file:line:col and the YAML key), before any weight loads.
+TEST(RunCommand, CheckRefusesWhatRunRefusesWithTheSameMessage) {
+  const std::string dir = scratch_dir("check_refusals");
+  setenv("LORAKV_TEST_MODEL", lorakv::testing::test_setting("LORAKV_MODEL").c_str(), 1);
+  const std::vector<std::string> caches = {"{rerotate: true, eviction: {policy: snapkv, budget: 64}}",
+                                           "{eviction: {policy: adakv, budget: 64}}"};
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const std::string path = dir + "/refused" + std::to_string(i) + ".yaml";
+    std::ofstream(path) << "model: ${LORAKV_TEST_MODEL}\ncache: " << caches[i]
+                        << "\nagents: {alice: {max_tokens: 4}}\nworkflow: {type: round_robin, agents: [alice], input: Hi}\n";
+    auto refusal = [&](std::vector<std::string> args) -> std::string {
+      std::istringstream in;
+      std::ostringstream out;
+      try {
+        run_run(args, in, out);
+      } catch (const Error& e) {
+        EXPECT_TRUE(out.str().empty()) << "printed before refusing: " << out.str();
+        return e.what();
+      }
+      return "accepted";
+    };
+    const std::string checked = refusal({"--check", path});
+    EXPECT_TRUE(contains(checked, path + ":2:")) << checked;
+    EXPECT_TRUE(contains(checked, "[cache.eviction.policy]")) << checked;
+    EXPECT_EQ(refusal({path}), checked);
+  }
+}
+
 // The react example (base_lr_shared, the actor constrained to its three actions) streams
 // each turn with its agent's name and the tool calls, answers, and sums up.
 TEST(RunCommand, ReactExampleStreamsTurnsToolCallsAndSummary) {

@@ -43,6 +43,27 @@ foreach(_absent include/lorakv/cli lib/liblorakv_cli.a)
   endif()
 endforeach()
 
+# The installed command starts on its own, with no library path set: libtorch and torch's
+# own libgomp (not the system's) come from its run path; then it generates a token.
+set(ENV{LD_LIBRARY_PATH} "")
+run("installed lorakv --version" ${_prefix}/bin/lorakv --version)
+if(NOT _out MATCHES "lorakv ${EXPECTED_VERSION}")
+  message(FATAL_ERROR "the installed lorakv --version printed:\n${_out}")
+endif()
+get_filename_component(_torch_lib "${TORCH_DIR}/lib" REALPATH)
+run("ldd of the installed lorakv" ldd ${_prefix}/bin/lorakv)
+foreach(_lib libtorch.so libgomp.so.1)
+  string(REGEX MATCH "${_lib} => [^ ]+" _line "${_out}")
+  if(NOT _line MATCHES "=> ${_torch_lib}/${_lib}")
+    message(FATAL_ERROR "the installed lorakv takes ${_lib} from elsewhere than ${_torch_lib}: '${_line}'")
+  endif()
+endforeach()
+run("installed lorakv generate" ${_prefix}/bin/lorakv generate --model ${MODEL} --prompt "The capital of France is"
+    --max-tokens 1)
+if(_out STREQUAL "")
+  message(FATAL_ERROR "the installed lorakv generate printed no token")
+endif()
+
 set(_configure ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -DCMAKE_PREFIX_PATH=${_prefix} -DCMAKE_BUILD_TYPE=Release)
 if(GENERATOR)
   list(APPEND _configure -G ${GENERATOR})

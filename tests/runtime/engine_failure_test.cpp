@@ -178,6 +178,15 @@ class EngineFailures : public ::testing::Test {
                  lorakv::testing::make_tiny_adapter(m, "g2.a", 2, 21), lorakv::testing::make_tiny_adapter(m, "g2.b", 2, 22)};
   }
 
+  // Pools no test here fills, in chunks of 16.
+  static EngineOptions roomy_pools() {
+    EngineOptions eo;
+    eo.base_rows = 512;
+    eo.residual_rows = 512;
+    eo.prefill_chunk = 16;
+    return eo;
+  }
+
   lorakv::testing::TinyEngineModel tiny_;
   std::vector<AdapterPtr> adapters_;
 };
@@ -419,14 +428,10 @@ TEST_F(EngineFailures, AFailedStepKeepsTheCachedPromptFindable) {
 // allocations in turn (1, 2, ... until it gets through): after every failure the scores, the
 // anchors and everything else are as before the step.
 TEST_F(EngineFailures, EachAllocationOfAStepFailsWithoutTouchingScoresOrAnchors) {
-  EngineOptions eo;
-  eo.base_rows = 512;
-  eo.residual_rows = 512;
-  eo.prefill_chunk = 16;
-  Engine e(*tiny_.model, eo);
+  Engine e(*tiny_.model, roomy_pools());
   ContextOptions capkv{SharingMode::kFull, SharedWriter::kFirst};
   capkv.eviction.policy = "capkv";
-  capkv.eviction.budget_tokens = 40;  // not yet evicted: the commit indexes the block the step fills
+  capkv.eviction.budget_tokens = 40;  // above the context's 34 tokens: nothing evicted here
   capkv.eviction.capkv_future_positions = 16;
   ContextOptions h2o{SharingMode::kBaseShared, SharedWriter::kFirst};
   h2o.eviction.policy = "h2o";
@@ -491,10 +496,7 @@ TEST_F(EngineFailures, EachAllocationOfAStepFailsWithoutTouchingScoresOrAnchors)
 // has the step's output first and the step's rows stand. Allocations are sampled evenly over
 // the step; some fall on each side of the commit.
 TEST_F(EngineFailures, ADriverStepFailsWholeOrAfterEveryJobHasItsOutput) {
-  EngineOptions eo;
-  eo.base_rows = 512;
-  eo.residual_rows = 512;
-  eo.prefill_chunk = 16;
+  const EngineOptions eo = roomy_pools();
   ContextOptions options{SharingMode::kBaseShared, SharedWriter::kFirst};
   options.eviction.policy = "h2o";
   options.eviction.budget_tokens = 24;

@@ -132,13 +132,16 @@ TEST_F(CacheSectionTest, ValuesLandInTheStruct) {
 
 TEST_F(CacheSectionTest, StorageKeysLandInTheStruct) {
   const std::string rest = std::string("agents:\n  planner:\n") + kMinimalWorkflow;
-  const SessionConfig c = load("model: model.gguf\ncache: {kv_dtype: int8, residual_dtype: bfloat16, rerotate: true}\n" + rest);
+  const SessionConfig c = load(
+      "model: model.gguf\ncache: {kv_dtype: int8, residual_dtype: bfloat16, rerotate: true, per_head_token_sets: true}\n" + rest);
   EXPECT_EQ(c.cache.kv_dtype, "int8");
   EXPECT_EQ(c.cache.residual_dtype, "bfloat16");
   EXPECT_TRUE(c.cache.rerotate);
+  EXPECT_TRUE(c.cache.per_head_token_sets);
   const SessionConfig d = load("model: model.gguf\n" + rest);
   EXPECT_EQ(d.cache.kv_dtype, "") << "unset: the model's dtype";
   EXPECT_FALSE(d.cache.rerotate);
+  EXPECT_FALSE(d.cache.per_head_token_sets);
 }
 
 TEST_F(CacheSectionTest, StorageKeyRefusals) {
@@ -149,6 +152,7 @@ TEST_F(CacheSectionTest, StorageKeyRefusals) {
   expect_error(head + "  residual_dtype: int8\n" + rest,
                {"session.yaml:3:19", "[cache.residual_dtype]", "float32, bfloat16"});
   expect_error(head + "  rerotate: 1\n" + rest, {"session.yaml:3:13", "[cache.rerotate]", "true, false"});
+  expect_error(head + "  per_head_token_sets: yes\n" + rest, {"session.yaml:3:24", "[cache.per_head_token_sets]", "true, false"});
 }
 
 TEST_F(CacheSectionTest, Refusals) {

@@ -27,6 +27,8 @@ TEST(ConfigDefaults, RuntimeAndSessionOptions) {
   EXPECT_EQ(mine.block_size, api.block_size);
   EXPECT_EQ(mine.prefill_chunk, api.prefill_chunk);
   EXPECT_EQ(mine.step_token_budget, api.step_token_budget);
+  EXPECT_EQ(mine.rerotate, api.rerotate);
+  EXPECT_EQ(mine.per_head_token_sets, api.per_head_token_sets);
   const SessionOptions session = session_options(c), session_api;
   EXPECT_EQ(session.mode, session_api.mode);
   EXPECT_EQ(session.writer, session_api.writer);

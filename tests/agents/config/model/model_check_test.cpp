@@ -2,8 +2,8 @@
 // on the real model and role adapters: react_qa.yaml passes; adapters whose k/v A differ
 // are refused in base_lr_shared with the engine's message at the YAML place of the agent's
 // adapter; a broken adapter or model file is refused at its key; activated LoRA (aLoRA)
-// adapters need no shared A, but an aLoRA agent's turn must invoke its adapter. No model
-// weights load.
+// adapters need no shared A, but an aLoRA agent's turn must invoke its adapter; the engine's
+// rules for a context's eviction keys are refused at their key. No model weights load.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -99,6 +99,25 @@ TEST(ConfigModelCheck, BrokenFilesAreRefusedAtTheirKey) {
                {"session.yaml:1:1", "[model.path]", fake});
   // Not std::filesystem::remove: linked with libtorch, that binds to its broken exported copy.
   std::remove(fake.c_str());
+}
+
+// What the engine refuses of a session's context when it opens (rerotate keeps streaming_llm
+// only, adakv needs a token set per KV head, layer_budgets needs one weight per layer) is
+// refused here, before any weight loads, at the YAML key in the file.
+TEST(ConfigModelCheck, EngineContextRulesAreRefusedAtTheirKey) {
+  auto config = [](const std::string& cache) {
+    return "model: " + lorakv::testing::test_setting("LORAKV_MODEL") + "\n" + "cache: " + cache + "\n" +
+           "agents: {planner: {}}\nworkflow: {type: round_robin, agents: [planner]}\n";
+  };
+  expect_error([&] { check_config_against_model(load(config("{rerotate: true, eviction: {policy: snapkv, budget: 64}}"))); },
+               {"session.yaml:2:", "[cache.eviction.policy]", "rerotate keeps streaming_llm contexts only", "snapkv"});
+  EXPECT_NO_THROW(check_config_against_model(load(config("{rerotate: true, eviction: {policy: streaming_llm, budget: 64}}"))));
+  expect_error([&] { check_config_against_model(load(config("{eviction: {policy: adakv, budget: 64}}"))); },
+               {"session.yaml:2:", "[cache.eviction.policy]", "each KV head must keep its own rows",
+                "cache.per_head_token_sets: true"});
+  EXPECT_NO_THROW(check_config_against_model(load(config("{per_head_token_sets: true, eviction: {policy: adakv, budget: 64}}"))));
+  expect_error([&] { check_config_against_model(load(config("{eviction: {policy: pyramidkv, budget: 64, layer_budgets: [1, 2]}}"))); },
+               {"session.yaml:2:", "[cache.eviction.layer_budgets]", "one weight per layer", "30 weights"});
 }
 
 // The all-linear `role` adapter's files as an aLoRA PEFT directory invoked by `invocation`.
