@@ -1,4 +1,6 @@
 // cli/generate_command.cpp: `lorakv generate`: text generation from a prompt.
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -57,6 +59,7 @@ flags:
                             kept (endless streaming; with --policy streaming_llm or none)
   --per-head                each KV head keeps its own token set (per-head eviction), as
                             --policy adakv needs
+  --threads N               libtorch's threads (default 0: libtorch's default)
   --weights FORM            native (default: a GGUF file's 4/8-bit blocks stay quantised and
                             are read directly, about 6x fewer bytes per token than float32),
                             bfloat16, or float32 (exact against the dequantised model)
@@ -78,6 +81,17 @@ void load_adapters(const std::vector<AdapterSpec>& specs, adapters::AdapterRegis
   }
 }
 
+// A prompt the model's context cannot hold is refused before any step runs (as `run` refuses
+// its input), unless rerotate streams past the context (--rerotate with streaming_llm).
+void check_prompt_fits(size_t prompt_tokens, int64_t context, const GenerateOptions& o) {
+  const bool streams = o.rerotate && o.eviction.policy == "streaming_llm";
+  if (streams || static_cast<int64_t>(prompt_tokens) < context) return;
+  throw ConfigError("the prompt is longer than the model's context",
+                    {"", "--prompt", "at most " + std::to_string(context - 1) + " tokens (one position left to generate)",
+                     std::to_string(prompt_tokens) + " tokens",
+                     "a shorter prompt, or --rerotate --policy streaming_llm --budget N to stream past the context"});
+}
+
 }  // namespace
 
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -89,6 +103,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   // Every flag is checked before the model loads (seconds to minutes).
   const GenerateOptions options = parse_generate_options(a);
   if (options.log_level) log::set_level(*options.log_level);
+  if (options.threads > 0) at::set_num_threads(options.threads);
   const std::vector<std::string>& prompts = options.prompts;
   const std::vector<std::string>& uses = options.uses;
   runtime::GenerationRequest request = options.request;
@@ -114,6 +129,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
     const std::string text = chat ? chat->render({{"user", prompts[i]}}, /*add_generation_prompt=*/true) : prompts[i];
     r.prompt = tok.encode(text);
     if (r.prompt.empty()) throw ConfigError("the prompt is empty", {"", "--prompt", "some text", "nothing", ""});
+    check_prompt_fits(r.prompt.size(), loaded.model->config().context_length, options);
     if (!uses.empty() && uses[i] != kBaseAdapterName) r.adapter = registry.require(uses[i]);
     requests.push_back(std::move(r));
   }

@@ -179,7 +179,7 @@ const std::set<std::string>& generate_value_flags() {
   static const std::set<std::string> flags = [] {
     std::set<std::string> f = {"--model", "--prompt", "--prompt-file", "--max-tokens", "--temperature", "--top-k",
                                "--top-p", "--repetition-penalty", "--seed", "--stop", "--dtype",
-                               "--weights", "--log-level", "--adapter", "--use", "--chat-format", "--kv-dtype"};
+                               "--weights", "--log-level", "--adapter", "--use", "--chat-format", "--kv-dtype", "--threads"};
     f.insert(eviction_value_flags().begin(), eviction_value_flags().end());
     return f;
   }();
@@ -228,6 +228,7 @@ GenerateOptions parse_generate_options(const CliArgs& a, std::istream& standard_
   o.print_memory = a.has("--memory");
   o.rerotate = a.has("--rerotate");
   o.per_head_token_sets = a.has("--per-head");
+  o.threads = static_cast<int>(a.get_int("--threads", 0, 0, 4096));
   return o;
 }
 

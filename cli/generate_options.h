@@ -36,6 +36,7 @@ struct GenerateOptions {
   std::optional<cache::StorageDtype> kv_dtype;  // --kv-dtype; unset: the activations' dtype
   bool rerotate = false;                        // --rerotate
   bool per_head_token_sets = false;             // --per-head
+  int threads = 0;                              // --threads; 0: libtorch's default
   runtime::WeightForm weights = runtime::WeightForm::kNative;  // --weights
   bool chat = false;
   bool print_memory = false;  // --memory

@@ -36,6 +36,8 @@ flags:
                    the same session (the trajectory grows); an empty line or EOF ends
   --json           one JSON object per event (append, turn_start, text, turn_end,
                    tool_call, tool_result, result), then the summary
+  --threads N      libtorch's threads for this run, in place of the config's model.threads
+                   (0: libtorch's default)
   --check          validate the config (the file, then the adapters against the model's
                    header) and print it with every default, without loading the weights
 )";
@@ -88,7 +90,7 @@ int check(const std::string& path, std::ostream& out) {
 }  // namespace
 
 int run_run(const std::vector<std::string>& args, std::istream& in, std::ostream& out) {
-  const CliArgs a(args, {"--input"}, {"--interactive", "--json", "--check", "--help"}, "run");
+  const CliArgs a(args, {"--input", "--threads"}, {"--interactive", "--json", "--check", "--help"}, "run");
   if (a.has("--help")) {
     out << kHelp;
     return 0;
@@ -97,13 +99,15 @@ int run_run(const std::vector<std::string>& args, std::istream& in, std::ostream
     throw ConfigError("lorakv run takes one config file", {"", "CONFIG", "a YAML file", "", a.help_hint()});
   }
   const std::string path = a.positional().front();
+  const int64_t threads = a.get_int("--threads", 0, 0, 4096);  // checked before anything else
   if (a.has("--check")) return check(path, out);
   if (a.has("--input") && a.has("--interactive")) {
     throw ConfigError("--input and --interactive exclude each other", {"", "--interactive", "", "", a.help_hint()});
   }
   const bool json = a.has("--json");
   // Every check before any weights load: the file, then the adapters against the model's header.
-  const agents::config::SessionConfig c = agents::config::load_session_config(path);
+  agents::config::SessionConfig c = agents::config::load_session_config(path);
+  if (a.has("--threads")) c.model.threads = static_cast<int>(threads);
   agents::check_config_against_model(c);
 
   agents::Runtime rt(agents::runtime_options(c));

@@ -1,6 +1,6 @@
 // tests/cli/generate_input_test.cpp: what `lorakv generate` takes as its input, parsed without
 // a model (cli/generate_options.h): the prompt from standard input (`--prompt -`) or a file
-// (`--prompt-file`), escapes in --stop, and the one loaded adapter used when --use is absent
+// (`--prompt-file`), escapes in --stop, --threads, and the one loaded adapter used when --use is absent
 // (with several, --use is required).
 #include <gtest/gtest.h>
 
@@ -75,6 +75,13 @@ TEST(GenerateInput, StopStringsTakeEscapes) {
     EXPECT_NE(e.find("[--stop]"), std::string::npos) << e;
     EXPECT_NE(e.find("unknown escape"), std::string::npos) << e;
   }
+}
+
+TEST(GenerateInput, ThreadsAreAFlag) {
+  EXPECT_EQ(parse({"--prompt", "p"}).threads, 0);
+  EXPECT_EQ(parse({"--prompt", "p", "--threads", "3"}).threads, 3);
+  const std::string e = config_error({"--prompt", "p", "--threads", "-1"});
+  EXPECT_NE(e.find("[--threads]"), std::string::npos) << e;
 }
 
 TEST(GenerateInput, TheOneLoadedAdapterIsUsedWithoutUse) {

@@ -83,6 +83,7 @@ TEST(RunCommand, BadArgumentsAreRefused) {
   EXPECT_THROW(run_run({}, in, out), ConfigError);
   EXPECT_THROW(run_run({"a.yaml", "b.yaml"}, in, out), ConfigError);
   EXPECT_THROW(run_run({source("configs/react_qa.yaml"), "--input", "x", "--interactive"}, in, out), ConfigError);
+  EXPECT_THROW(run_run({"--check", source("configs/react_qa.yaml"), "--threads", "many"}, in, out), ConfigError);
   try {
     run_run({"no/such/config.yaml"}, in, out);
     FAIL() << "accepted a missing file";
