@@ -95,8 +95,9 @@ class Driver {
   // job that generates but has no logits to start from (it read rows others wrote and has
   // no suffix). An exception from a step or a callback of a job without on_error leaves the
   // engine usable (a failed step is rolled back) and the remaining jobs unfinished. An
-  // exception from the eviction after a step or from the hook comes after every job of the
-  // step has its output (the step's rows stand; the next eviction evicts what is left).
+  // exception from the eviction after a step, from the hook or from a job's callback comes
+  // after every job of the step has its output (the step's rows stand; the next eviction
+  // evicts what is left); the first of them is rethrown.
   // Jobs added with add() wait until run() returns.
   void run(std::vector<DriverJob>& jobs);
 
