@@ -120,8 +120,10 @@ void RunPrinter::answer(const agents::WorkflowResult& result) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (json_) {
     JsonLine line;
-    line.add("event", "result").add("steps", static_cast<int64_t>(result.steps)).add("stopped_by", result.stopped_by);
-    if (result.answer) line.add("answer", *result.answer);
+    // Absent is null, never an empty string: no answer, or a run that was not stopped early.
+    line.add("event", "result").add("steps", static_cast<int64_t>(result.steps));
+    line.add("stopped_by", result.stopped_by.empty() ? formats::JsonValue{} : formats::JsonValue::make_string(result.stopped_by));
+    line.add("answer", result.answer ? formats::JsonValue::make_string(*result.answer) : formats::JsonValue{});
     emit(line.str() + "\n");
     return;
   }

@@ -72,9 +72,19 @@ TEST(RunPrinter, JsonModePrintsOneObjectPerEvent) {
     }
     if (events.back() == "result") {
       EXPECT_EQ(v.at("answer").as_string(), "26");
+      EXPECT_TRUE(v.at("stopped_by").is_null()) << line;  // not stopped early: null, not ""
     }
   }
   EXPECT_EQ(events, (std::vector<std::string>{"turn_start", "text", "turn_end", "tool_result", "result"}));
+  // No answer, stopped early: answer null, stopped_by the agent and why.
+  std::ostringstream second;
+  RunPrinter stopped(second, /*json=*/true);
+  agents::WorkflowResult none;
+  none.stopped_by = "actor: length";
+  stopped.answer(none);
+  const formats::JsonValue v = formats::parse_json(second.str());
+  EXPECT_TRUE(v.at("answer").is_null()) << second.str();
+  EXPECT_EQ(v.at("stopped_by").as_string(), "actor: length");
 }
 
 }  // namespace
