@@ -32,6 +32,10 @@ void ObservedSession::append(const std::string& role, const std::string& text, W
   if (observer_.on_append) observer_.on_append(role, text);
 }
 
+void ObservedSession::append_system(const std::string& text) {
+  if (!text.empty() && session_.stats().trajectory_tokens == 0) append("system", text);
+}
+
 Reply ObservedSession::generate(const WorkflowAgent& agent) {
   if (observer_.on_turn_start) observer_.on_turn_start(agent.name);
   Reply reply = session_.generate(agent.name, observed_options(agent, observer_));

@@ -19,6 +19,10 @@ class ObservedSession {
 
   // A whole turn of text (system, user, tool...), as Session::append.
   void append(const std::string& role, const std::string& text, WorkflowTurn::Kind kind = WorkflowTurn::Kind::kPrompt);
+  // The workflow's system turn, which opens a conversation: appended when `text` is not
+  // empty and the trajectory is still empty. A workflow run again on the same session
+  // (`lorakv run --interactive`, `lorakv chat`) keeps the one system turn it has.
+  void append_system(const std::string& text);
   // The agent writes its turn with its options, streamed to the observer. A reply that was
   // not appended (cancelled, past its deadline) is no turn: it sets the result's
   // stopped_by instead; check `appended` before going on.

@@ -225,6 +225,8 @@ RuntimeStats Runtime::stats() const {
         r.base_row_bytes = runtime::Engine::base_row_bytes(*core->loaded.model, core->engine->options());
         r.adapter_bytes = core->registry->num_bytes();
         r.steps = core->driver->stats().steps;
+        r.rows_evicted = core->driver->stats().rows_evicted;
+        r.kv_dtype = runtime::kv_dtype_name(runtime::Engine::base_kv_dtype(*core->loaded.model, core->engine->options()));
         r.admitted_sessions = core->admitted_sessions;
         r.peak_admitted_sessions = core->peak_admitted_sessions;
         std::set<int64_t> waiting;

@@ -139,6 +139,8 @@ struct RuntimeStats {
   int64_t base_row_bytes = 0;
   int64_t adapter_bytes = 0;  // every loaded adapter
   int64_t steps = 0;          // engine steps so far
+  int64_t rows_evicted = 0;   // base rows every session's eviction dropped so far
+  std::string kv_dtype;       // the base pool's element type: float32, bfloat16 or int8
 };
 
 }  // namespace lorakv::agents

@@ -60,7 +60,7 @@ WorkflowResult run_pipeline(Session& session, const PipelineSpec& spec, const st
                             const WorkflowObserver& observer) {
   check_spec(session, spec);
   ObservedSession s(session, observer);
-  if (!spec.system.empty()) s.append("system", spec.system);
+  s.append_system(spec.system);
   // A pipeline whose tasks do not place the input gets it as a user turn of its own, first.
   if (!input.empty() && !names_input(spec)) s.append("user", input);
   for (const PipelineTask& task : spec.tasks) {

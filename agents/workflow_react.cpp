@@ -65,7 +65,7 @@ ReactResult run_react(Session& session, const ReactSpec& spec, const std::string
   check_spec(session, spec, tools);
   ObservedSession s(session, observer);
   ReactResult out;
-  if (!spec.system.empty()) s.append("system", spec.system);
+  s.append_system(spec.system);
   s.append("user", question);
   const std::vector<std::string> words = action_words(spec);
   for (int round = 1; round <= spec.max_steps; ++round) {

@@ -10,7 +10,7 @@ WorkflowResult run_round_robin(Session& session, const RoundRobinSpec& spec, con
   if (spec.agents.empty()) throw ConfigError("a round robin needs at least one agent", {"", "agents"});
   if (spec.rounds < 0) throw ConfigError("rounds must be 0 or more", {"", "rounds"});
   ObservedSession s(session, observer);
-  if (!spec.system.empty()) s.append("system", spec.system);
+  s.append_system(spec.system);
   s.append("user", input);
   for (int round = 0; round < spec.rounds; ++round) {
     for (const WorkflowAgent& agent : spec.agents) {

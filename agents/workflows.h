@@ -33,7 +33,7 @@ struct PipelineTask {
 struct PipelineSpec {
   std::vector<WorkflowAgent> agents;  // every agent a task names, with its generation settings
   std::vector<PipelineTask> tasks;    // run in order
-  std::string system;                 // when not empty, a system turn first
+  std::string system;                 // when not empty, a system turn first (ObservedSession::append_system)
 };
 
 // Per task: a `user` turn with its description (and expected output), then the task's
@@ -46,7 +46,7 @@ WorkflowResult run_pipeline(Session& session, const PipelineSpec& spec, const st
 struct RoundRobinSpec {
   std::vector<WorkflowAgent> agents;  // in speaking order
   int rounds = 1;
-  std::string system;  // when not empty, a system turn first
+  std::string system;  // when not empty, a system turn first (ObservedSession::append_system)
 };
 
 // The input as a `user` turn, then each agent in order, `rounds` times. answer: the last

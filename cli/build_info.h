@@ -11,5 +11,8 @@ const char* lorakv_version();
 // The short commit hash ("1a2b3c4d5e6f"), "-dirty" appended when tracked files differed from
 // it at build time; "unknown" when not built from a git checkout (or git was missing).
 const char* lorakv_git_commit();
+// The source folder this binary was built from (its checkout: models/, assets/, tools/),
+// where the benchmarks find their default files when run from another folder.
+const char* lorakv_source_dir();
 
 }  // namespace lorakv::cli

@@ -25,16 +25,16 @@ CliArgs::CliArgs(const std::vector<std::string>& args, const std::set<std::strin
       has_value = true;
     }
     if (bool_flags.count(name)) {
-      if (has_value) throw ConfigError("flag takes no value", {"", name, "no value", "'" + value + "'", hint});
+      if (has_value) throw UsageError("flag takes no value", {"", name, "no value", "'" + value + "'", hint});
       bools_.insert(name);
     } else if (value_flags.count(name)) {
       if (!has_value) {
-        if (i + 1 >= args.size()) throw ConfigError("flag needs a value", {"", name, "a value", "nothing", hint});
+        if (i + 1 >= args.size()) throw UsageError("flag needs a value", {"", name, "a value", "nothing", hint});
         value = args[++i];
       }
       values_[name].push_back(value);
     } else {
-      throw ConfigError("unknown flag", {"", name, "", "", hint});
+      throw UsageError("unknown flag", {"", name, "", "", hint});
     }
   }
 }
@@ -54,7 +54,7 @@ std::vector<std::string> CliArgs::get_all(const std::string& flag) const {
 
 std::string CliArgs::require(const std::string& flag) const {
   auto v = get(flag);
-  if (!v) throw ConfigError("missing required flag", {"", flag, "", "", help_hint()});
+  if (!v) throw UsageError("missing required flag", {"", flag, "", "", help_hint()});
   return *v;
 }
 
@@ -70,7 +70,7 @@ int64_t CliArgs::get_int(const std::string& flag, int64_t fallback, int64_t min,
     used = 0;
   }
   if (used == 0 || used != v->size() || n < min || n > max) {
-    throw ConfigError("invalid value", {"", flag, range, "'" + *v + "'", help_hint()});
+    throw UsageError("invalid value", {"", flag, range, "'" + *v + "'", help_hint()});
   }
   return n;
 }
@@ -86,7 +86,7 @@ double CliArgs::get_double(const std::string& flag, double fallback, double min,
     used = 0;
   }
   if (used == 0 || used != v->size() || !std::isfinite(x) || x < min || x > max) {
-    throw ConfigError("invalid value", {"", flag, "a number in [" + std::to_string(min) + ", " + std::to_string(max) + "]",
+    throw UsageError("invalid value", {"", flag, "a number in [" + std::to_string(min) + ", " + std::to_string(max) + "]",
                                         "'" + *v + "'", help_hint()});
   }
   return x;

@@ -1,5 +1,6 @@
 // cli/cli_args.h: a small flag parser for the CLI: "--name value", "--name=value" and
-// boolean "--name". Unknown flags and missing values are ConfigErrors naming the flag.
+// boolean "--name". Unknown flags, missing values and values out of range are UsageErrors
+// naming the flag.
 #pragma once
 
 #include <map>
@@ -8,7 +9,34 @@
 #include <string>
 #include <vector>
 
+#include "lorakv/common/errors.h"
+
 namespace lorakv::cli {
+
+// A command line that is wrong by itself, whatever the files it names hold: an unknown
+// command or flag, a missing or malformed value, flags that exclude each other. Its own
+// exit code (cli.h, kExitUsage) tells a script "fix the invocation" from "fix the input".
+// A ConfigError, so code that catches bad values catches it too.
+class UsageError : public ConfigError {
+ public:
+  explicit UsageError(const std::string& message, ErrorContext context = {})
+      : ConfigError("usage error", message, std::move(context)) {}
+};
+
+// Runs a parser of another layer whose ConfigError names its own key ("dtype", "chat
+// format", ".budget") and re-throws it as a UsageError naming `flag`, with `hint` when the
+// error had none.
+template <typename Parse>
+auto for_flag(const std::string& flag, const std::string& hint, Parse&& parse) {
+  try {
+    return parse();
+  } catch (const ConfigError& e) {
+    ErrorContext c = e.context();
+    c.key = flag;
+    if (c.hint.empty()) c.hint = hint;
+    throw UsageError(e.message(), c);
+  }
+}
 
 class CliArgs {
  public:

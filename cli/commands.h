@@ -13,6 +13,17 @@ namespace lorakv::cli {
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// One `lorakv bench` benchmark: its name and its function (args after the name).
+struct BenchEntry {
+  std::string name;
+  int (*run)(const std::vector<std::string>& args, std::ostream& out);
+};
+// Every benchmark, in the order `lorakv bench --help` lists them.
+const std::vector<BenchEntry>& benchmarks();
+// `lorakv bench --help`: every benchmark with its typical time.
+const char* bench_help();
+// `lorakv bench memory` (cli/bench/bench_command.cpp); args after "memory".
+int run_memory_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv bench sessions` (cli/bench/bench_sessions.cpp); args after "sessions".
 int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv bench episodes` (cli/bench/bench_episodes.cpp); args after "episodes".
@@ -23,6 +34,8 @@ int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out);
 int run_eviction_layout_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv run CONFIG.yaml` (cli/run_command.cpp); --interactive reads its inputs from `in`.
 int run_run(const std::vector<std::string>& args, std::istream& in, std::ostream& out);
+// `lorakv chat` (cli/chat_command.cpp): one agent, a conversation read line by line from `in`.
+int run_chat(const std::vector<std::string>& args, std::istream& in, std::ostream& out);
 // `lorakv perplexity` (cli/perplexity_command.cpp): a text's perplexity under a KV eviction policy.
 int run_perplexity(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_version(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "lorakv/cli/cli_args.h"
 #include "lorakv/common/errors.h"
 
 namespace lorakv::cli {
@@ -42,7 +43,7 @@ std::optional<int64_t> whole_integer(const std::string& text) {
 
 // --budget's value: a '.' makes it a fraction, else it is a count of tokens.
 void parse_budget(const std::string& text, const CliArgs& args, EvictionConfig& config) {
-  const ConfigError bad("invalid value", {"", "--budget", kBudgetExpected, "'" + text + "'", args.help_hint()});
+  const UsageError bad("invalid value", {"", "--budget", kBudgetExpected, "'" + text + "'", args.help_hint()});
   if (text.find('.') != std::string::npos) {
     const std::optional<double> fraction = whole_double(text);
     if (!fraction || !(*fraction > 0 && *fraction <= 1)) throw bad;
@@ -66,7 +67,7 @@ void parse_layer_budgets(const std::string& text, const CliArgs& args, EvictionC
     const size_t comma = std::min(text.find(',', from), text.size());
     const std::optional<double> w = whole_double(text.substr(from, comma - from));
     if (!w || !(*w > 0)) {
-      throw ConfigError("invalid value", {"", "--layer-budgets", "pyramid, flat, or one positive weight per layer (1,1,2,...)",
+      throw UsageError("invalid value", {"", "--layer-budgets", "pyramid, flat, or one positive weight per layer (1,1,2,...)",
                                           "'" + text + "'", args.help_hint()});
     }
     config.layer_weights.push_back(*w);
@@ -88,7 +89,7 @@ void parse_policy_keys(const CliArgs& args, EvictionConfig& config) {
 // A flag that only means something with a policy, given without one.
 void refuse_without_policy(const CliArgs& args, const std::string& flag) {
   if (!args.has(flag)) return;
-  throw ConfigError(flag + " needs an eviction policy",
+  throw UsageError(flag + " needs an eviction policy",
                     {"", flag, "--policy NAME (see --help)", "policy none",
                      "add --policy, or drop " + flag + " to keep every row"});
 }
@@ -109,7 +110,7 @@ void check_naming_flags(const EvictionConfig& config, const CliArgs& args) {
     ErrorContext c = e.context();
     if (!c.key.empty() && c.key[0] == '.') c.key = flag_of_key(c.key.substr(1));
     if (c.hint.empty()) c.hint = args.help_hint();
-    throw ConfigError(e.message(), c);
+    throw UsageError(e.message(), c);
   }
 }
 
@@ -181,7 +182,7 @@ EvictionConfig parse_eviction_flags(const CliArgs& args) {
   }
   const std::optional<std::string> budget = args.get("--budget");
   if (!budget) {
-    throw ConfigError("--policy " + config.policy + " needs --budget",
+    throw UsageError("--policy " + config.policy + " needs --budget",
                       {"", "--budget", kBudgetExpected, "nothing", "e.g. --budget 256, or --budget 0.25"});
   }
   parse_budget(*budget, args, config);

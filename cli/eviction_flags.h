@@ -21,7 +21,7 @@ const char* eviction_flags_help();
 // --policy NAME (default none); --budget N (an integer >= 1: rows kept per lane) or F (with
 // a '.': a fraction in (0, 1] of the context's tokens); --sinks N, --window N. A budget,
 // sinks or window without a policy, and a policy without a budget, are refused. Throws
-// ConfigError naming the flag.
+// UsageError naming the flag.
 cache::eviction::EvictionConfig parse_eviction_flags(const CliArgs& args);
 
 // "none", or "h2o, budget 64 tokens, sinks 4, window 16" (a fraction as "budget 0.25 of the context").

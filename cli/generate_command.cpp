@@ -6,10 +6,13 @@
 #include <cstdio>
 #include <optional>
 
+#include "lorakv/cli/cli.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/cli/eviction_flags.h"
 #include "lorakv/cli/generate_options.h"
+#include "lorakv/cli/json_line.h"
+#include "lorakv/cli/printable_text.h"
 #include "lorakv/adapters/adapter_registry.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/common/logging.h"
@@ -23,7 +26,9 @@ namespace {
 const char* kGenerateHelp = R"(usage: lorakv generate --model FILE --prompt TEXT [--adapter NAME=PATH --use NAME] [flags]
 
 Generates text from a prompt, streaming it to stdout as it is produced. Greedy by default;
---temperature > 0 samples (reproducibly for a given --seed). Statistics go to stderr.
+--temperature > 0 samples (reproducibly for a given --seed). Statistics go to stderr: the
+prompt's rate (prefill: until the first generated token) and the generation's (decode: the
+tokens after each prompt's first), apart.
 
 flags:
   --model FILE              GGUF model file (required), e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -49,7 +54,12 @@ flags:
   --seed S                  random seed for sampling (default 0)
   --stop TEXT               stop when TEXT appears; not printed; repeatable; \n, \t, \r and \\
                             stand for a newline, a tab, a carriage return and a backslash
-  --logprobs                after the text, print each generated token with its log-probability
+  --logprobs                after the text, print each generated token: "logprob", its text
+                            (escaped: \n, \t, \\, and \xNN for a byte that is not a whole
+                            UTF-8 character), its id and its log-probability, tab-separated
+  --json                    one JSON object per line on stdout instead: text events as they
+                            stream, a result per prompt (text, tokens, finish, logprobs),
+                            then stats; a failure is an error event (message, exit_code)
   --memory                  print the KV cache's bytes (measured from its pools: base K, V,
                             positions, peak, metadata) and the model's and adapters' to stderr
   --dtype TYPE              float32 (default) or bfloat16 activations and compute
@@ -92,6 +102,69 @@ void check_prompt_fits(size_t prompt_tokens, int64_t context, const GenerateOpti
                      "a shorter prompt, or --rerotate --policy streaming_llm --budget N to stream past the context"});
 }
 
+// Seconds and tokens of one generate call, split at the first generated token.
+struct GenerationTiming {
+  double seconds = 0, prefill_s = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  int64_t decode_tokens = 0;  // the tokens after each prompt's first
+  double decode_s() const { return std::max(seconds - prefill_s, 0.0); }
+};
+
+double per_second(int64_t n, double s) { return static_cast<double>(n) / std::max(s, 1e-9); }
+
+std::string stats_line(const GenerationTiming& t, runtime::FinishReason finish) {
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "[prompt %lld tokens in %.2f s (%.1f tokens/s), generated %lld tokens in %.2f s (decode %.1f tokens/s), "
+                "finish: %s]",
+                static_cast<long long>(t.prompt_tokens), t.prefill_s, per_second(t.prompt_tokens, t.prefill_s),
+                static_cast<long long>(t.generated_tokens), t.decode_s(), per_second(t.decode_tokens, t.decode_s()),
+                runtime::finish_reason_name(finish));
+  return line;
+}
+
+std::string stats_event(const GenerationTiming& t, runtime::FinishReason finish) {
+  return JsonLine()
+      .add("event", "stats")
+      .add("prompt_tokens", t.prompt_tokens)
+      .add("prefill_s", t.prefill_s)
+      .add("prefill_tokens_per_s", per_second(t.prompt_tokens, t.prefill_s))
+      .add("generated_tokens", t.generated_tokens)
+      .add("decode_s", t.decode_s())
+      .add("decode_tokens_per_s", per_second(t.decode_tokens, t.decode_s()))
+      .add("seconds", t.seconds)
+      .add("finish", runtime::finish_reason_name(finish))
+      .str();
+}
+
+// One prompt's result: its text, token ids, finish and (when asked) each token's piece
+// (printable_text), bytes and log-probability.
+std::string result_event(const runtime::GenerationOutput& r, size_t index, const std::string& use,
+                         const formats::BpeTokenizer& tok, bool logprobs) {
+  JsonLine line;
+  line.add("event", "result").add("request", static_cast<int64_t>(index)).add("adapter", use).add("text", r.text);
+  line.add("tokens", r.tokens).add("finish", runtime::finish_reason_name(r.finish_reason));
+  if (logprobs) {
+    std::vector<formats::JsonValue> items;
+    for (size_t t = 0; t < r.tokens.size(); ++t) {
+      const std::string& piece = tok.token_piece(r.tokens[t]);
+      std::vector<int32_t> bytes(piece.begin(), piece.end());
+      for (int32_t& b : bytes) b &= 0xFF;
+      items.push_back(JsonLine()
+                          .add("token", static_cast<int64_t>(r.tokens[t]))
+                          .add("text", printable_text(piece))
+                          .add("bytes", bytes)
+                          .add("logprob", r.logprobs[t])
+                          .value());
+    }
+    line.add("logprobs", formats::JsonValue::make_array(std::move(items)));
+  }
+  return line.str();
+}
+
+// Loads the model and adapters, generates, prints.
+int generate(const GenerateOptions& options, std::ostream& out, std::ostream& err);
+
 }  // namespace
 
 int run_generate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -102,6 +175,18 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   }
   // Every flag is checked before the model loads (seconds to minutes).
   const GenerateOptions options = parse_generate_options(a);
+  try {
+    return generate(options, out, err);
+  } catch (...) {
+    // A --json reader sees the failure in the stream it reads; main prints it to stderr too.
+    if (options.json) out << error_event_line(std::current_exception()) << std::flush;
+    throw;
+  }
+}
+
+namespace {
+
+int generate(const GenerateOptions& options, std::ostream& out, std::ostream& err) {
   if (options.log_level) log::set_level(*options.log_level);
   if (options.threads > 0) at::set_num_threads(options.threads);
   const std::vector<std::string>& prompts = options.prompts;
@@ -135,7 +220,8 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   }
 
   log::Stopwatch watch;
-  const bool stream = requests.size() == 1;
+  std::optional<double> first_token_s;  // prefill ends at the first generated token
+  const bool stream = requests.size() == 1 || options.json;
   runtime::EngineMemory memory;
   runtime::GeneratorOptions gen_options;
   gen_options.memory = &memory;
@@ -146,32 +232,45 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   std::vector<runtime::GenerationOutput> results = runtime::generate(
       *loaded.model, &tok, requests,
       [&](const runtime::StreamEvent& e) {
-        if (stream) out << e.text << std::flush;
+        if (!first_token_s) first_token_s = watch.seconds();
+        if (stream && options.json && !e.text.empty()) {
+          out << JsonLine().add("event", "text").add("request", static_cast<int64_t>(e.request)).add("text", e.text).str()
+              << "\n" << std::flush;
+        } else if (stream && !options.json) {
+          out << e.text << std::flush;
+        }
         return true;
       },
       gen_options);
-  const double seconds = watch.seconds();
-  size_t generated = 0;
+  GenerationTiming timing;
+  timing.seconds = watch.seconds();
+  timing.prefill_s = first_token_s.value_or(timing.seconds);
+  for (const runtime::GenerationRequest& r : requests) timing.prompt_tokens += static_cast<int64_t>(r.prompt.size());
   for (size_t i = 0; i < results.size(); ++i) {
     const runtime::GenerationOutput& result = results[i];
-    if (!stream) out << "[" << i << " " << (uses.empty() ? "base" : uses[i]) << "] " << result.text;
+    const std::string use = uses.empty() ? kBaseAdapterName : uses[i];
+    timing.generated_tokens += static_cast<int64_t>(result.tokens.size());
+    timing.decode_tokens += std::max<int64_t>(0, static_cast<int64_t>(result.tokens.size()) - 1);
+    if (options.json) {
+      out << result_event(result, i, use, tok, request.logprobs) << "\n";
+      continue;
+    }
+    if (!stream) out << "[" << i << " " << use << "] " << result.text;
     out << "\n";
     if (request.logprobs) {
       for (size_t t = 0; t < result.tokens.size(); ++t) {
         char line[64];
         std::snprintf(line, sizeof line, "\t%d\t%.5f\n", result.tokens[t], result.logprobs[t]);
-        out << "logprob\t" << tok.token_text(result.tokens[t]) << line;
+        out << "logprob\t" << printable_text(tok.token_piece(result.tokens[t])) << line;
       }
     }
-    generated += result.tokens.size();
   }
-  size_t prompt_tokens = 0;
-  for (const runtime::GenerationRequest& r : requests) prompt_tokens += r.prompt.size();
+  if (options.json) {
+    out << stats_event(timing, results[0].finish_reason) << "\n";
+  } else {
+    err << stats_line(timing, results[0].finish_reason) << "\n";
+  }
   char line[240];
-  std::snprintf(line, sizeof line, "[prompt %zu tokens, generated %zu tokens in %.2f s, %.1f tokens/s, finish: %s]",
-                prompt_tokens, generated, seconds, static_cast<double>(generated) / std::max(seconds, 1e-9),
-                runtime::finish_reason_name(results[0].finish_reason));
-  err << line << "\n";
   if (options.print_memory) {
     const cache::CacheStats& c = memory.cache;
     auto mib = [](int64_t b) { return static_cast<double>(b) / (1 << 20); };
@@ -187,4 +286,5 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out, std::o
   return 0;
 }
 
+}  // namespace
 }  // namespace lorakv::cli

@@ -40,14 +40,24 @@ struct GenerateOptions {
   runtime::WeightForm weights = runtime::WeightForm::kNative;  // --weights
   bool chat = false;
   bool print_memory = false;  // --memory
+  bool json = false;          // --json: one JSON object per event on stdout
   std::optional<std::string> chat_format;      // a known format name; only with chat
   std::optional<log::Level> log_level;
 };
 
 // Parses and checks every flag of `lorakv generate` (not --help). Reads nothing but whether
-// the named paths exist. Throws ConfigError naming the flag, the value and a hint.
+// the named paths exist. Throws UsageError (the command line) or ConfigError (a path)
+// naming the flag, the value and a hint.
 // `--prompt -` reads the prompt from `standard_input`, `--prompt-file FILE` from the file.
 GenerateOptions parse_generate_options(const CliArgs& args, std::istream& standard_input = std::cin);
+
+// --model: required, and a path that exists (a checkpoint folder with its tokenizer.json).
+std::string parse_model_flag(const CliArgs& args);
+// Each --adapter NAME=PATH: distinct names, none "base", paths that exist (a PEFT folder
+// with both its files). Throws UsageError or ConfigError naming --adapter.
+std::vector<AdapterSpec> parse_adapter_flags(const CliArgs& args);
+// --temperature, --top-k, --top-p, --repetition-penalty and --seed (generate and chat).
+runtime::SamplingOptions parse_sampling_flags(const CliArgs& args);
 
 // The flags `lorakv generate` takes.
 const std::set<std::string>& generate_value_flags();

@@ -466,7 +466,7 @@ int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::os
     return 0;
   }
   if (a.positional().size() != 1) {
-    throw ConfigError("inspect takes one path", {"", "FILE_OR_DIR", "one GGUF file or checkpoint folder",
+    throw UsageError("inspect takes one path", {"", "FILE_OR_DIR", "one GGUF file or checkpoint folder",
                                                  std::to_string(a.positional().size()) + " paths",
                                                  "see 'lorakv inspect --help'"});
   }

@@ -17,18 +17,6 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kMaxTokens = int64_t{1} << 24;
 
-// Runs a parser of another layer whose ConfigError names its own key, re-thrown naming the flag.
-template <typename Parse>
-auto for_flag(const std::string& flag, const CliArgs& args, Parse&& parse) {
-  try {
-    return parse();
-  } catch (const ConfigError& e) {
-    ErrorContext c = e.context();
-    c.key = flag;
-    if (c.hint.empty()) c.hint = args.help_hint();
-    throw ConfigError(e.message(), c);
-  }
-}
 
 void require_model(const std::string& path) {
   std::error_code ec;
@@ -92,7 +80,7 @@ const std::set<std::string>& perplexity_bool_flags() {
 PerplexityOptions parse_perplexity_options(const CliArgs& a) {
   PerplexityOptions o;
   if (!a.positional().empty()) {
-    throw ConfigError("unexpected argument", {"", a.positional().front(), "flags only", "", a.help_hint()});
+    throw UsageError("unexpected argument", {"", a.positional().front(), "flags only", "", a.help_hint()});
   }
   if (auto level = a.get("--log-level")) o.log_level = log::parse_level(*level);
   o.model_path = a.require("--model");
@@ -109,12 +97,12 @@ PerplexityOptions parse_perplexity_options(const CliArgs& a) {
     o.dump_kept_path = *dump;
     require_writable_folder(o.dump_kept_path);
   }
-  o.dtype = for_flag("--dtype", a, [&] { return runtime::parse_model_dtype(a.get("--dtype").value_or("float32")); });
+  o.dtype = for_flag("--dtype", a.help_hint(), [&] { return runtime::parse_model_dtype(a.get("--dtype").value_or("float32")); });
   if (a.get("--kv-dtype")) {
-    o.kv_dtype = for_flag("--kv-dtype", a, [&] { return runtime::parse_kv_dtype(*a.get("--kv-dtype"), "--kv-dtype"); });
+    o.kv_dtype = for_flag("--kv-dtype", a.help_hint(), [&] { return runtime::parse_kv_dtype(*a.get("--kv-dtype"), "--kv-dtype"); });
   }
   o.weights =
-      for_flag("--weights", a, [&] { return runtime::parse_weight_form(a.get("--weights").value_or("native")); });
+      for_flag("--weights", a.help_hint(), [&] { return runtime::parse_weight_form(a.get("--weights").value_or("native")); });
   o.text = read_text(o.text_path);  // last: every flag's mistake is named before the file is read
   if (o.text.find_first_not_of(" \t\r\n") == std::string::npos) {
     throw ConfigError("the text file holds no text",

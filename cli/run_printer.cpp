@@ -133,14 +133,20 @@ void RunPrinter::answer(const agents::WorkflowResult& result) {
   emit(text);
 }
 
+void RunPrinter::reset_totals() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  totals_.clear();
+}
+
 // Per agent: turns, tokens, time to first token, decode speed. Then the session's KV bytes
 // by component next to N full caches: N agents each holding every trajectory token's K and
-// V in whole blocks (what `full` would hold without private rows).
-void RunPrinter::summary(const agents::SessionStats& s, const agents::RuntimeStats& rt, size_t agents,
-                         const std::string& mode, int64_t block) {
+// V in whole blocks at the base pool's dtype, nothing evicted (what `full` would hold
+// without private rows).
+void RunPrinter::summary(const agents::SessionStats& s, const agents::RuntimeStats& rt, const SummaryFacts& f) {
   std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t block = f.block_size;
   const int64_t rows = (s.trajectory_tokens + block - 1) / block * block;
-  const int64_t full_caches = static_cast<int64_t>(agents) * rows * rt.base_row_bytes;
+  const int64_t full_caches = static_cast<int64_t>(f.agents) * rows * rt.base_row_bytes;
   const int64_t kv = s.shared_kv_bytes + s.own_kv_bytes + s.residual_kv_bytes + s.private_kv_bytes;
   if (json_) {
     JsonLine per_agent;
@@ -153,7 +159,10 @@ void RunPrinter::summary(const agents::SessionStats& s, const agents::RuntimeSta
     }
     emit(JsonLine()
              .add("event", "summary")
-             .add("mode", mode)
+             .add("mode", f.mode)
+             .add("kv_dtype", rt.kv_dtype)
+             .add("eviction", f.eviction.empty() ? formats::JsonValue{} : formats::JsonValue::make_string(f.eviction))
+             .add("rows_evicted", rt.rows_evicted)
              .add("trajectory_tokens", s.trajectory_tokens)
              .add("agents", per_agent)
              .add("kv_bytes", JsonLine()
@@ -167,7 +176,12 @@ void RunPrinter::summary(const agents::SessionStats& s, const agents::RuntimeSta
          "\n");
     return;
   }
-  std::string text = "\nsummary (" + mode + ", " + std::to_string(s.trajectory_tokens) + " trajectory tokens)\n";
+  std::string text = "\nsummary (" + f.mode + ", " + std::to_string(s.trajectory_tokens) + " trajectory tokens, KV " +
+                     rt.kv_dtype + ", " +
+                     (f.eviction.empty() ? std::string("no eviction")
+                                         : "eviction " + f.eviction + ": " + std::to_string(rt.rows_evicted) +
+                                               " rows evicted") +
+                     ")\n";
   text += "agent         turns  tokens  ttft p50    decode tokens/s\n";
   for (const auto& [name, t] : totals_) {
     char line[160];
@@ -178,7 +192,8 @@ void RunPrinter::summary(const agents::SessionStats& s, const agents::RuntimeSta
   }
   text += "KV: shared " + mib(s.shared_kv_bytes) + ", own " + mib(s.own_kv_bytes) + ", residual " +
           mib(s.residual_kv_bytes) + ", private " + mib(s.private_kv_bytes) + " = " + mib(kv) + "; " +
-          std::to_string(agents) + " full caches would hold " + mib(full_caches);
+          std::to_string(f.agents) + " full " + rt.kv_dtype + " caches of the whole trajectory would hold " +
+          mib(full_caches);
   if (kv > 0) {
     char ratio[48];
     std::snprintf(ratio, sizeof ratio, " (%.2fx)", static_cast<double>(full_caches) / static_cast<double>(kv));
@@ -187,8 +202,8 @@ void RunPrinter::summary(const agents::SessionStats& s, const agents::RuntimeSta
   emit(text + "\n");
 }
 
-ProgressLine::ProgressLine(RunPrinter& printer, agents::Session& session)
-    : printer_(printer), session_(session), thread_([this] { loop(); }) {}
+ProgressLine::ProgressLine(RunPrinter& printer, std::function<agents::SessionStats()> session_stats)
+    : printer_(printer), session_stats_(std::move(session_stats)), thread_([this] { loop(); }) {}
 
 ProgressLine::~ProgressLine() {
   {
@@ -212,7 +227,7 @@ void ProgressLine::loop() {
     if (++waited < 4) continue;
     lock.unlock();
     try {
-      const agents::SessionStats s = session_.stats();
+      const agents::SessionStats s = session_stats_();
       printer_.progress(agent + ": processing the trajectory (" + std::to_string(s.trajectory_tokens) + " tokens; " +
                         std::to_string(s.tokens_processed) + " rows run so far)");
     } catch (const std::exception&) {

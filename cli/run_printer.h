@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -25,6 +26,14 @@ struct AgentTotals {
   int64_t decode_tokens = 0;  // tokens after each reply's first
 };
 
+// What the summary states besides its numbers.
+struct SummaryFacts {
+  std::string mode;        // cache.mode
+  int64_t block_size = 16;  // the pools' rows per block (full caches count whole blocks, as the pools do)
+  size_t agents = 0;
+  std::string eviction;    // "snapkv, budget 1024 tokens"; empty: no eviction
+};
+
 class RunPrinter {
  public:
   RunPrinter(std::ostream& out, bool json);
@@ -32,10 +41,10 @@ class RunPrinter {
   // rest on the workflow's thread: one lock orders the output.
   agents::WorkflowObserver observer();
   void answer(const agents::WorkflowResult& result);
-  // block_size: the pools' rows per block (full caches count whole blocks, as the pools do).
-  void summary(const agents::SessionStats& session, const agents::RuntimeStats& runtime, size_t agents,
-               const std::string& mode, int64_t block_size);
+  void summary(const agents::SessionStats& session, const agents::RuntimeStats& runtime, const SummaryFacts& facts);
   const std::map<std::string, AgentTotals>& totals() const { return totals_; }
+  // Per-agent totals start again (a new conversation).
+  void reset_totals();
 
   // Whether an agent's turn has begun and printed no text yet (a prefill is running).
   bool waiting_for_first_text(std::string* agent) const;
@@ -58,14 +67,15 @@ class RunPrinter {
 // decides), once a turn has waited a second for its first text; cleared by the next print.
 class ProgressLine {
  public:
-  ProgressLine(RunPrinter& printer, agents::Session& session);
+  // session_stats: the stats of the session whose prefill is shown (called on the line's thread).
+  ProgressLine(RunPrinter& printer, std::function<agents::SessionStats()> session_stats);
   ~ProgressLine();  // stops its thread
 
  private:
   void loop();
 
   RunPrinter& printer_;
-  agents::Session& session_;
+  std::function<agents::SessionStats()> session_stats_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;

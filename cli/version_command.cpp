@@ -46,7 +46,7 @@ int run_version(const std::vector<std::string>& args, std::ostream& out, std::os
     return 0;
   }
   if (!a.positional().empty()) {
-    throw ConfigError("unexpected argument", {"", a.positional().front(), "no arguments", "", a.help_hint()});
+    throw UsageError("unexpected argument", {"", a.positional().front(), "no arguments", "", a.help_hint()});
   }
   const cpu::CpuFeatures& features = cpu::detected_cpu_features();
   // Read now, not cached: --version reports the variable as it is set for this run.

@@ -62,6 +62,11 @@ class ConfigError : public Error {
  public:
   explicit ConfigError(const std::string& message, ErrorContext context = {})
       : Error("config error", message, std::move(context)) {}
+
+ protected:
+  // For a narrower kind of bad value with its own label (the CLI's UsageError).
+  ConfigError(const std::string& kind, const std::string& message, ErrorContext context)
+      : Error(kind, message, std::move(context)) {}
 };
 
 // A value a lorakv op cannot take, from its caller: a tensor of the wrong shape or dtype,

@@ -207,6 +207,10 @@ void Engine::State::grow_rope(const LlamaModel& model, int64_t rows) {
   std::tie(rope_cos, rope_sin) = model.rope_half_tables(n);
 }
 
+cache::StorageDtype Engine::base_kv_dtype(const LlamaModel& model, const EngineOptions& options) {
+  return base_dtype(options, model.dtype());
+}
+
 int64_t Engine::base_row_bytes(const LlamaModel& model, const EngineOptions& options) {
   const ModelConfig& c = model.config();
   const int64_t heads_per_group = options.per_head_token_sets ? 1 : c.num_kv_heads;

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "lorakv/cli/bench/bench_memory.h"
+#include "lorakv/cli/cli.h"
+#include "lorakv/cli/bench/bench_defaults.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/common/cpu_features.h"
@@ -19,6 +21,31 @@
 namespace lorakv::cli {
 
 namespace {
+
+const char* kBenchHelp = R"(usage: lorakv bench <benchmark> [flags]
+
+Benchmarks and evaluations, each with its own flags ('lorakv bench <benchmark> --help').
+Run them with nothing else on the machine: they compare sides as ratios measured in one
+run. Times are for their defaults on 2 cores.
+
+  memory           N agents on one shared trajectory in every sharing mode: KV bytes
+                   against N full caches, fidelity against full, time to first token
+                   and 8-agent decode (about 8 minutes; --full about an hour)
+  sessions         S concurrent sessions through the sessions API's scheduler against
+                   sequential and driver sides; the shared decode step of 8 agents;
+                   admission in a pool that just fits (about 9 minutes)
+  episodes         the agentic QA task in each sharing mode and writer: success rate
+                   against full, KV bytes per episode (about an hour per adapter set for
+                   its 360 questions; --n 20 about 4 minutes)
+  eviction         KV eviction policies: perplexity and retrieval against the budget,
+                   three role agents on an evicted trajectory, int8 KV composed with
+                   eviction (about 23 minutes)
+  eviction-layout  what one eviction costs the paged cache in its two layouts, release and
+                   mask against packing (about 1.5 minutes)
+
+Kernel and generation benchmarks against llama.cpp and transformers are executables of
+the build, run with 'make bench' (LORAKV_BENCH=attention, generate, quant or memory).
+)";
 
 const char* kHelp = R"(usage: lorakv bench memory [flags]
 
@@ -48,8 +75,8 @@ flags:
   --agents LIST       agent counts N of the memory grid, e.g. 1,8,16
   --decode-lengths LIST  context lengths of the 8-agent decode, e.g. 2048,4096
   --repetitions N     timed repetitions per mode (default 3)
-  --python FILE       Python with matplotlib for the PNG (default .venv-bench/bin/python,
-                      else .venv/bin/python, else python3)
+  --python FILE       Python with matplotlib for the PNG (default the checkout's
+                      .venv-bench/bin/python, else .venv/bin/python, else python3)
 )";
 
 std::vector<std::string> split(const std::string& text) {
@@ -61,16 +88,10 @@ std::vector<std::string> split(const std::string& text) {
   return out;
 }
 
-std::string default_python() {
-  for (const char* p : {".venv-bench/bin/python", ".venv/bin/python"}) {
-    if (std::filesystem::exists(p)) return p;
-  }
-  return "python3";
-}
 
 void plot(const MemoryBenchOptions& o, std::ostream& out) {
   if (o.python.empty()) return;
-  const std::string script = o.assets_dir + "/../tools/plot_memory_bench.py";
+  const std::string script = checkout_path("tools/plot_memory_bench.py");
   const std::vector<std::string> cmd = {o.python, script, "--dir", o.out_dir};
   int rc = -1;
   try {
@@ -87,22 +108,36 @@ void plot(const MemoryBenchOptions& o, std::ostream& out) {
 
 }  // namespace
 
+const std::vector<BenchEntry>& benchmarks() {
+  static const std::vector<BenchEntry> table = {
+      {"memory", run_memory_bench},
+      {"sessions", run_sessions_bench},
+      {"episodes", run_episodes_bench},
+      {"eviction", run_eviction_bench},
+      {"eviction-layout", run_eviction_layout_bench},
+  };
+  return table;
+}
+
+const char* bench_help() { return kBenchHelp; }
+
 int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   (void)err;
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    out << kHelp;
-    return args.empty() ? 1 : 0;
+    out << kBenchHelp;
+    return args.empty() ? kExitUsage : 0;
   }
-  if (args[0] == "sessions") return run_sessions_bench(std::vector<std::string>(args.begin() + 1, args.end()), out);
-  if (args[0] == "episodes") return run_episodes_bench(std::vector<std::string>(args.begin() + 1, args.end()), out);
-  if (args[0] == "eviction") return run_eviction_bench(std::vector<std::string>(args.begin() + 1, args.end()), out);
-  if (args[0] == "eviction-layout") {
-    return run_eviction_layout_bench(std::vector<std::string>(args.begin() + 1, args.end()), out);
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  std::string names;
+  for (const BenchEntry& b : benchmarks()) {
+    if (b.name == args[0]) return b.run(rest, out);
+    names += (names.empty() ? "" : ", ") + b.name;
   }
-  if (args[0] != "memory") {
-    throw ConfigError("unknown benchmark", {"", args[0], "memory, sessions, episodes, eviction or eviction-layout", args[0], "run 'lorakv bench --help'"});
-  }
-  const CliArgs a(std::vector<std::string>(args.begin() + 1, args.end()),
+  throw UsageError("unknown benchmark", {"", args[0], "one of: " + names, "", "run 'lorakv bench --help'"});
+}
+
+int run_memory_bench(const std::vector<std::string>& args, std::ostream& out) {
+  const CliArgs a(args,
                   {"--model", "--assets", "--out", "--parts", "--repetitions", "--python", "--lengths", "--agents",
                    "--decode-lengths"},
                   {"--quick", "--full", "--help"}, "bench memory");
@@ -110,12 +145,12 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
     out << kHelp;
     return 0;
   }
-  if (a.has("--quick") && a.has("--full")) throw ConfigError("--quick and --full exclude each other", {"", "--full", "", "", ""});
+  if (a.has("--quick") && a.has("--full")) throw UsageError("--quick and --full exclude each other", {"", "--full", "", "", ""});
   MemoryBenchOptions o;
-  o.model_path = a.get("--model").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-  o.assets_dir = a.get("--assets").value_or("assets");
+  o.model_path = a.get("--model").value_or(default_bench_model());
+  o.assets_dir = a.get("--assets").value_or(default_bench_assets());
   o.out_dir = a.get("--out").value_or("bench_results/memory");
-  o.python = a.get("--python").value_or(default_python());
+  o.python = a.get("--python").value_or(default_bench_python());
   o.full_grid = a.has("--full");
   o.repetitions = a.get_int("--repetitions", 3, 1, 100);
   o.agents = {1, 2, 4, 8, 16};
@@ -130,11 +165,11 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
       char* end = nullptr;
       const long long v = std::strtoll(item.c_str(), &end, 10);
       if (end == item.c_str() || *end != '\0' || v < 1 || v > max) {
-        throw ConfigError("bad list entry", {"", flag, "integers in 1.." + std::to_string(max) + ", comma-separated", item, ""});
+        throw UsageError("bad list entry", {"", flag, "integers in 1.." + std::to_string(max) + ", comma-separated", item, ""});
       }
       into.push_back(v);
     }
-    if (into.empty()) throw ConfigError("empty list", {"", flag, "at least one integer", *text, ""});
+    if (into.empty()) throw UsageError("empty list", {"", flag, "at least one integer", *text, ""});
   };
   int_list("--lengths", o.lengths, 1 << 20);
   int_list("--agents", o.agents, 64);
@@ -142,7 +177,7 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
   const std::vector<std::string> parts = split(a.get("--parts").value_or("memory,fidelity,latency"));
   for (const std::string& p : parts) {
     if (p != "memory" && p != "fidelity" && p != "latency") {
-      throw ConfigError("unknown part", {"", "--parts", "memory, fidelity or latency", p, ""});
+      throw UsageError("unknown part", {"", "--parts", "memory, fidelity or latency", p, ""});
     }
   }
   std::filesystem::create_directories(o.out_dir);

@@ -27,6 +27,7 @@
 #include "lorakv/agents/workflow_types.h"
 #include "lorakv/cli/bench/episode_rows.h"
 #include "lorakv/cli/bench/episode_stats.h"
+#include "lorakv/cli/bench/bench_defaults.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/common/cpu_features.h"
@@ -123,12 +124,12 @@ std::vector<ModeSpec> parse_modes(const std::string& text) {
         colon == std::string::npos ? std::optional<SharedWriter>(SharedWriter::kFirst)
                                    : runtime::parse_shared_writer(item.substr(colon + 1));
     if (!mode || !writer) {
-      throw ConfigError("bad mode", {"", "--modes", "mode[:writer], e.g. full,base_lr_shared:first", item, ""});
+      throw UsageError("bad mode", {"", "--modes", "mode[:writer], e.g. full,base_lr_shared:first", item, ""});
     }
     out.push_back({*mode, *writer});
   }
   if (out.empty() || out.front().mode != SharingMode::kFull) {
-    throw ConfigError("the first mode must be full: the others are compared with it", {"", "--modes", "", text, ""});
+    throw UsageError("the first mode must be full: the others are compared with it", {"", "--modes", "", text, ""});
   }
   return out;
 }
@@ -359,11 +360,11 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
     out << kHelp;
     return 0;
   }
-  const std::string model = a.get("--model").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-  const std::string assets = a.get("--assets").value_or("assets");
+  const std::string model = a.get("--model").value_or(default_bench_model());
+  const std::string assets = a.get("--assets").value_or(default_bench_assets());
   const std::string set = a.get("--set").value_or("qv_shared_a");
   if (set != "qv_shared_a" && set != "all_linear" && set != "alora") {
-    throw ConfigError("unknown adapter set", {"", "--set", "qv_shared_a, all_linear or alora", set, ""});
+    throw UsageError("unknown adapter set", {"", "--set", "qv_shared_a, all_linear or alora", set, ""});
   }
   // base_lr_shared serves adapters with one A (the shared-A set) or none cached (aLoRA).
   const bool serves_base_lr = set == "qv_shared_a" || set == "alora";
@@ -375,7 +376,7 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
   const int max_rounds = static_cast<int>(a.get_int("--max-rounds", 6, 1, 64));
   const std::string out_dir = a.get("--out").value_or("bench/results/agentic_qa");
   const bool resume = a.has("--resume");
-  if (resume && a.has("--fresh")) throw ConfigError("--resume and --fresh exclude each other", {"", "--fresh"});
+  if (resume && a.has("--fresh")) throw UsageError("--resume and --fresh exclude each other", {"", "--fresh"});
   const std::string csv_path = out_dir + "/episodes_by_mode_" + set + ".csv";
   if (std::filesystem::exists(csv_path) && !resume && !a.has("--fresh")) {
     throw ConfigError("the episodes file exists", {csv_path, "", "", "", "--resume runs only the episodes it lacks, --fresh replaces it"});

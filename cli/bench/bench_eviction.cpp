@@ -21,6 +21,7 @@
 #include "lorakv/cli/bench/bench_eviction_kv_dtype.h"
 #include "lorakv/cli/bench/bench_eviction_retrieval.h"
 #include "lorakv/cli/bench/bench_eviction_streaming.h"
+#include "lorakv/cli/bench/bench_defaults.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/cli/perplexity_eval.h"
@@ -111,8 +112,8 @@ The soak (not in make test): --parts streaming --stream-rerotate --stream-tokens
   --stream-report 10000 --stream-decode 2048.
   --kv-policy P       kv_dtype: the policy at 1/4 beside the full cache (default snapkv)
   --out DIR         where the CSVs and the PNG go (default bench_results/eviction)
-  --python FILE     Python with matplotlib for the PNG (default .venv-bench/bin/python
-                    when it exists)
+  --python FILE     Python with matplotlib for the PNG (default the checkout's
+                    .venv-bench/bin/python, else .venv/bin/python, else python3)
 )";
 
 const std::vector<std::string> kDefaultTexts = {
@@ -167,7 +168,7 @@ double parse_budget(const std::string& text) {
     used = 0;
   }
   if (used == 0 || used != text.size() || !(share > 0 && share <= 1)) {
-    throw ConfigError("a budget outside (0, 1]", {"", "--budgets", "shares of the context kept, e.g. 0.5,0.25", "'" + text + "'", ""});
+    throw UsageError("a budget outside (0, 1]", {"", "--budgets", "shares of the context kept, e.g. 0.5,0.25", "'" + text + "'", ""});
   }
   return share;
 }
@@ -179,7 +180,7 @@ void check_naming_flags(const cache::eviction::EvictionConfig& c) {
   } catch (const ConfigError& e) {
     ErrorContext context = e.context();
     context.key = context.key == ".policy" ? "--policies" : context.key == ".budget" ? "--budgets" : context.key;
-    throw ConfigError(e.message(), context);
+    throw UsageError(e.message(), context);
   }
 }
 
@@ -213,12 +214,12 @@ std::set<std::string> parse_parts(const CliArgs& a) {
   std::set<std::string> parts;
   for (const std::string& p : split(a.get("--parts").value_or("perplexity,retrieval"))) {
     if (p != "perplexity" && p != "retrieval" && p != "agents" && p != "streaming" && p != "kv_dtype") {
-      throw ConfigError("unknown part",
+      throw UsageError("unknown part",
                         {"", "--parts", "perplexity, retrieval, agents, streaming or kv_dtype, comma-separated", p, ""});
     }
     parts.insert(p);
   }
-  if (parts.empty()) throw ConfigError("no parts", {"", "--parts", "perplexity, retrieval or agents, comma-separated", "", ""});
+  if (parts.empty()) throw UsageError("no parts", {"", "--parts", "perplexity, retrieval or agents, comma-separated", "", ""});
   return parts;
 }
 
@@ -281,14 +282,13 @@ int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) 
     out << kHelp;
     return 0;
   }
-  const std::string model_path = a.get("--model").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  const std::string model_path = a.get("--model").value_or(default_bench_model());
   const std::vector<std::string> texts = a.get_all("--text").empty() ? kDefaultTexts : a.get_all("--text");
   const int64_t num_windows = a.get_int("--windows", 3, 1, 1000);
   const int64_t context = a.get_int("--context", 4096, 16, 1 << 20);
   const int64_t chunk = a.get_int("--chunk", 256, 1, 1 << 20);
   const std::string dir = a.get("--out").value_or("bench_results/eviction");
-  const std::string python =
-      a.get("--python").value_or(std::filesystem::exists(".venv-bench/bin/python") ? ".venv-bench/bin/python" : "");
+  const std::string python = a.get("--python").value_or(default_bench_python());
   const Configs configs = eviction_configs(a);
   const std::set<std::string> parts = parse_parts(a);
   const RetrievalGrid grid = parse_retrieval_grid(a);
@@ -313,7 +313,7 @@ int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) 
   if (parts.count("agents")) {
     EvictionAgentsOptions agents;
     agents.model_path = model_path;
-    agents.assets_dir = a.get("--assets").value_or("assets");
+    agents.assets_dir = a.get("--assets").value_or(default_bench_assets());
     agents.out_dir = dir;
     agents.context_tokens = a.get_int("--agents-context", 2000, 64, 1 << 20);
     agents.every_agent_reads = a.has("--agents-together");
@@ -327,7 +327,7 @@ int run_eviction_bench(const std::vector<std::string>& args, std::ostream& out) 
   if (parts.count("kv_dtype")) {
     KvDtypeBenchOptions k;
     k.model_path = model_path;
-    k.assets_dir = a.get("--assets").value_or("assets");
+    k.assets_dir = a.get("--assets").value_or(default_bench_assets());
     k.out_dir = dir;
     k.windows = plan_windows(static_cast<int64_t>(tokens.size()), context, chunk);
     if (static_cast<int64_t>(k.windows.size()) > num_windows) k.windows.resize(static_cast<size_t>(num_windows));

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "lorakv/cache/eviction/eviction_policy.h"
+#include "lorakv/cli/cli_args.h"
 #include "lorakv/common/errors.h"
 
 namespace lorakv::cli {
@@ -47,11 +48,11 @@ std::vector<double> parse_depths(const std::string& text) {
       used = 0;
     }
     if (used == 0 || used != item.size() || !(d >= 0 && d <= 1)) {
-      throw ConfigError("a depth outside [0, 1]", {"", "--depths", expected, "'" + item + "'", ""});
+      throw UsageError("a depth outside [0, 1]", {"", "--depths", expected, "'" + item + "'", ""});
     }
     depths.push_back(d);
   }
-  if (depths.empty()) throw ConfigError("no depths", {"", "--depths", expected, "'" + text + "'", ""});
+  if (depths.empty()) throw UsageError("no depths", {"", "--depths", expected, "'" + text + "'", ""});
   return depths;
 }
 

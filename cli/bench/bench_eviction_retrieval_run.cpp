@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include "lorakv/cli/bench/bench_defaults.h"
 #include "lorakv/cli/bench/bench_eviction_retrieval.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/common/logging.h"
@@ -264,8 +265,8 @@ void run_retrieval_part(const runtime::LlamaModel& model, const formats::BpeToke
 }
 
 void plot_eviction(const std::string& python, const std::string& dir, std::ostream& out) {
-  const std::string script = "tools/plot_eviction.py";
-  const std::vector<std::string> cmd = {python.empty() ? ".venv-bench/bin/python" : python, script, "--dir", dir};
+  const std::string script = checkout_path("tools/plot_eviction.py");
+  const std::vector<std::string> cmd = {python.empty() ? default_bench_python() : python, script, "--dir", dir};
   if (python.empty() || !std::filesystem::exists(script)) {
     out << "plot: " << describe_command(cmd) << " (from the repository, after bash tools/setup_python.sh bench)\n";
     return;

@@ -25,6 +25,7 @@
 #include "lorakv/agents/runtime.h"
 #include "lorakv/cli/bench/bench_memory.h"
 #include "lorakv/cli/bench/bench_sessions_capacity.h"
+#include "lorakv/cli/bench/bench_defaults.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/common/cpu_features.h"
@@ -68,8 +69,8 @@ flags:
                       (SessionOptions::reserve_tokens) and N sessions started at once in
                       it, full against base_lr_shared: sessions admitted at once and
                       aggregate tokens/s (default 16; 0: skip)
-  --python FILE       Python with matplotlib for the PNG (default .venv-bench/bin/python,
-                      else .venv/bin/python, else python3)
+  --python FILE       Python with matplotlib for the PNG (default the checkout's
+                      .venv-bench/bin/python, else .venv/bin/python, else python3)
 )";
 
 const char* kSystem = "Answer with tools: Lookup[name], Calculate[a - b], Finish[answer].";
@@ -308,20 +309,14 @@ std::vector<int64_t> int_list(const std::string& text, const char* flag) {
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
     if (end == item.c_str() || *end != '\0' || v < 1 || v > 256) {
-      throw ConfigError("bad list entry", {"", flag, "integers in 1..256, comma-separated", item, ""});
+      throw UsageError("bad list entry", {"", flag, "integers in 1..256, comma-separated", item, ""});
     }
     out.push_back(v);
   }
-  if (out.empty()) throw ConfigError("empty list", {"", flag, "at least one integer", text, ""});
+  if (out.empty()) throw UsageError("empty list", {"", flag, "at least one integer", text, ""});
   return out;
 }
 
-std::string default_python() {
-  for (const char* p : {".venv-bench/bin/python", ".venv/bin/python"}) {
-    if (std::filesystem::exists(p)) return p;
-  }
-  return "python3";
-}
 
 }  // namespace
 
@@ -334,10 +329,10 @@ int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out) 
     return 0;
   }
   Options o;
-  o.model = a.get("--model").value_or("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-  o.assets = a.get("--assets").value_or("assets");
+  o.model = a.get("--model").value_or(default_bench_model());
+  o.assets = a.get("--assets").value_or(default_bench_assets());
   o.out = a.get("--out").value_or("bench_results/sessions");
-  o.python = a.get("--python").value_or(default_python());
+  o.python = a.get("--python").value_or(default_bench_python());
   o.sessions = int_list(a.get("--sessions").value_or(a.has("--full") ? "1,4,16,64" : "1,4,16"), "--sessions");
   o.turns = a.get_int("--turns", 4, 1, 64);
   o.tokens = a.get_int("--tokens", 16, 1, 1024);
@@ -437,7 +432,7 @@ int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out) 
     run_capacity_bench(c, qs, out);
   }
   if (!o.python.empty()) {
-    const std::vector<std::string> cmd = {o.python, o.assets + "/../tools/plot_sessions_bench.py", "--dir", o.out};
+    const std::vector<std::string> cmd = {o.python, checkout_path("tools/plot_sessions_bench.py"), "--dir", o.out};
     int rc = -1;
     try {
       rc = run_process(cmd).exit_code;

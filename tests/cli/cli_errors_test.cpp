@@ -10,6 +10,7 @@
 #include <string>
 
 #include "lorakv/cli/cli.h"
+#include "lorakv/cli/cli_args.h"
 #include "lorakv/common/errors.h"
 
 namespace lorakv::cli {
@@ -53,10 +54,13 @@ TEST(CliErrors, TorchErrorLosesItsBacktraceAndGetsABugHint) {
 
 TEST(CliErrors, LorakvErrorsPrintAsTheyAre) {
   const Reported r = report([] { throw ConfigError("bad thing", {"", "--flag", "", "", "fix it"}); });
-  EXPECT_EQ(r.code, kExitBadInput);
+  EXPECT_EQ(r.code, kExitError);
   EXPECT_EQ(r.text, "lorakv: config error: bad thing [--flag] (hint: fix it)\n");
   const Reported shape = report([] { throw InvalidArgumentError("lora_add: bad rows"); });
-  EXPECT_EQ(shape.code, kExitBadInput);
+  EXPECT_EQ(shape.code, kExitError);
+  const Reported usage = report([] { throw UsageError("unknown flag", {"", "--frob", "", "", "see 'lorakv run --help'"}); });
+  EXPECT_EQ(usage.code, kExitUsage);
+  EXPECT_EQ(usage.text, "lorakv: usage error: unknown flag [--frob] (hint: see 'lorakv run --help')\n");
   EXPECT_EQ(shape.text, "lorakv: invalid argument: lora_add: bad rows\n");
 }
 
@@ -75,7 +79,7 @@ TEST(CliErrors, InternalAndUnknownErrorsAreReportedAsLikelyBugs) {
 
 TEST(CliErrors, RunCliMainTurnsThrowsIntoExitCodes) {
   std::ostringstream out, err;
-  EXPECT_EQ(run_cli_main({"frobnicate"}, out, err), kExitBadInput);
+  EXPECT_EQ(run_cli_main({"frobnicate"}, out, err), kExitUsage);
   EXPECT_NE(err.str().find("unknown command [frobnicate]"), std::string::npos) << err.str();
   std::ostringstream out2, err2;
   EXPECT_EQ(run_cli_main({"--help"}, out2, err2), 0);

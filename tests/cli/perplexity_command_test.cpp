@@ -15,6 +15,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lorakv/cli/cli.h"
@@ -198,7 +199,8 @@ TEST(PerplexityCommand, BadFlagsExitNonZeroNamingTheFlag) {
   std::ofstream(junk_model) << "not a model";
   const std::string folder = lorakv::testing::test_setting("LORAKV_SOURCE_DIR") + "/tests/cli/data";
   const std::string text = prose_path();
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+  // The command line alone is wrong: a usage error (exit 2).
+  const std::vector<std::pair<std::vector<std::string>, std::string>> usage_cases = {
       {{"--file", text, "--policy", "lru", "--budget", "64"}, "[--policy]"},
       {{"--file", text, "--policy", "h2o", "--budget", "0"}, "[--budget]"},
       {{"--file", text, "--policy", "h2o", "--budget", "1.5"}, "[--budget]"},
@@ -208,17 +210,24 @@ TEST(PerplexityCommand, BadFlagsExitNonZeroNamingTheFlag) {
       {{"--file", text, "--chunk", "0"}, "[--chunk]"},
       {{"--file", text, "--kv-dtype", "int4"}, "[--kv-dtype]"},
       {{"--file", text, "--context", "1"}, "[--context]"},
+      {{}, "[--file]"},
+  };
+  // A file the flags name cannot be used: an error (exit 1).
+  const std::vector<std::pair<std::vector<std::string>, std::string>> file_cases = {
       {{"--file", text, "--dump-kept", folder}, "[--dump-kept]"},
       {{"--file", text, "--dump-kept", folder + "/no-such-folder/kept.json"}, "[--dump-kept]"},
-      {{}, "[--file]"},
       {{"--file", folder}, "[--file]"},
       {{"--file", folder + "/no-such-file.txt"}, "[--file]"},
   };
-  for (const auto& [extra, named] : cases) {
-    const Outcome o = run(perplexity_args(junk_model, extra));
-    EXPECT_EQ(o.code, kExitBadInput) << named << ": " << o.err;
-    EXPECT_NE(o.err.find(named), std::string::npos) << o.err;
-    EXPECT_EQ(o.err.find("model load error"), std::string::npos) << o.err;
+  for (const auto& [cases, code, label] : {std::tuple{usage_cases, kExitUsage, "usage error"},
+                                           std::tuple{file_cases, kExitError, "config error"}}) {
+    for (const auto& [extra, named] : cases) {
+      const Outcome o = run(perplexity_args(junk_model, extra));
+      EXPECT_EQ(o.code, code) << named << ": " << o.err;
+      EXPECT_NE(o.err.find(std::string("lorakv: ") + label), std::string::npos) << o.err;
+      EXPECT_NE(o.err.find(named), std::string::npos) << o.err;
+      EXPECT_EQ(o.err.find("model load error"), std::string::npos) << o.err;
+    }
   }
   EXPECT_NE(run({"perplexity", "--file", text}).err.find("[--model]"), std::string::npos);
 }
@@ -226,19 +235,19 @@ TEST(PerplexityCommand, BadFlagsExitNonZeroNamingTheFlag) {
 TEST(PerplexityCommand, TooLongContextAndTooShortTextAreRefusedAfterLoad) {
   const std::string model = lorakv::testing::test_setting("LORAKV_MODEL");
   const Outcome long_context = run(perplexity_args(model, {"--file", prose_path(), "--context", "1000000"}));
-  EXPECT_EQ(long_context.code, kExitBadInput);
+  EXPECT_EQ(long_context.code, kExitError);
   EXPECT_NE(long_context.err.find("model's context [--context]"), std::string::npos) << long_context.err;
 
   const std::string empty = lorakv::testing::temp_path("empty.txt");
   std::ofstream(empty) << " \n";
   const Outcome blank = run(perplexity_args(model, {"--file", empty}));
-  EXPECT_EQ(blank.code, kExitBadInput);
+  EXPECT_EQ(blank.code, kExitError);
   EXPECT_NE(blank.err.find("no text"), std::string::npos) << blank.err;
 
   const std::string one_word = lorakv::testing::temp_path("one-word.txt");
   std::ofstream(one_word) << "Hello";
   const Outcome short_text = run(perplexity_args(model, {"--file", one_word}));
-  EXPECT_EQ(short_text.code, kExitBadInput);
+  EXPECT_EQ(short_text.code, kExitError);
   EXPECT_NE(short_text.err.find("too short"), std::string::npos) << short_text.err;
 }
 

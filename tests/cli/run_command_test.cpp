@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -127,7 +128,8 @@ TEST(RunCommand, ReactExampleStreamsTurnsToolCallsAndSummary) {
   const std::string out = run({source("configs/react_qa.yaml")});
   for (const char* part : {"[user] Who is the mayor of the city where Thou Futrel lives?", "[planner] Thought: look up",
                            "[actor] Lookup[Thou Futrel]", "  -> lookup(Thou Futrel)", "[tool] Thou Futrel: born 1705",
-                           "answer: Bro Vukror", "summary (base_lr_shared", "3 full caches would hold"}) {
+                           "answer: Bro Vukror", "summary (base_lr_shared", ", no eviction)",
+                           "3 full float32 caches of the whole trajectory would hold"}) {
     EXPECT_TRUE(contains(out, part)) << "missing " << part << " in\n" << out;
   }
 }
@@ -160,14 +162,41 @@ TEST(RunCommand, SameConfigAndInputGiveTheSameTranscript) {
   EXPECT_NE(transcript_without_stats(dir + "/transcript.jsonl"), first);
 }
 
-// Each line read is one run of the workflow on the same session: two inputs, four turns.
+// Each line read is one run of the workflow on the same session: two inputs, four turns,
+// and the workflow's system turn once, at the start.
 TEST(RunCommand, InteractiveRunsTheWorkflowPerLineOnOneSession) {
   const std::string dir = scratch_dir("interactive");
-  run({small_config(dir), "--interactive"}, "First question.\nSecond question.\n");
+  const std::string config = small_config(dir);
+  std::string yaml;
+  {
+    std::ifstream in(config);
+    yaml.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string rounds = "rounds: 1,";
+  yaml.replace(yaml.find(rounds), rounds.size(), "rounds: 1, system: \"Be brief.\",");
+  std::ofstream(config) << yaml;
+  run({config, "--interactive"}, "First question.\nSecond question.\n");
   const std::vector<std::string> turns = transcript_without_stats(dir + "/transcript.jsonl");
-  ASSERT_EQ(turns.size(), 6u);
-  EXPECT_TRUE(contains(turns[0], "First question.")) << turns[0];
-  EXPECT_TRUE(contains(turns[3], "Second question.")) << turns[3];
+  ASSERT_EQ(turns.size(), 7u);
+  EXPECT_TRUE(contains(turns[0], "role=\"system\"")) << turns[0];
+  EXPECT_TRUE(contains(turns[1], "First question.")) << turns[1];
+  EXPECT_TRUE(contains(turns[4], "Second question.")) << turns[4];
+  EXPECT_TRUE(contains(turns[4], "role=\"user\"")) << turns[4];
+}
+
+// With --json a failure is an error event, the last line, before the exit code.
+TEST(RunCommand, JsonFailureEndsTheStreamWithAnErrorEvent) {
+  const std::string dir = scratch_dir("json_error");
+  const std::string config = dir + "/bad.yaml";
+  std::ofstream(config) << "model: no-such-model.gguf\n";
+  std::istringstream in;
+  std::ostringstream out, err;
+  EXPECT_EQ(run_cli_main({"run", config, "--json"}, out, err), kExitError);
+  const formats::JsonValue event = formats::parse_json(out.str());
+  EXPECT_EQ(event.at("event").as_string(), "error");
+  EXPECT_EQ(event.at("exit_code").as_int(), kExitError);
+  EXPECT_NE(event.at("message").as_string().find("bad.yaml:1:"), std::string::npos) << out.str();
+  EXPECT_NE(err.str().find("bad.yaml:1:"), std::string::npos) << err.str();
 }
 
 }  // namespace

@@ -87,5 +87,41 @@ TEST(RunPrinter, JsonModePrintsOneObjectPerEvent) {
   EXPECT_EQ(v.at("stopped_by").as_string(), "actor: length");
 }
 
+// The summary says what it compares: the KV dtype, the eviction and its rows, and N full
+// caches of the same dtype over the whole trajectory, in whole blocks.
+TEST(RunPrinter, SummaryStatesKvDtypeEvictionAndWhatFullCachesAssume) {
+  std::ostringstream out;
+  RunPrinter printer(out, /*json=*/false);
+  agents::SessionStats s;
+  s.trajectory_tokens = 100;
+  s.shared_kv_bytes = 1 << 20;
+  agents::RuntimeStats rt;
+  rt.kv_dtype = "int8";
+  rt.rows_evicted = 120;
+  rt.base_row_bytes = 1 << 14;  // 16 KiB a row
+  SummaryFacts f;
+  f.mode = "full_shared";
+  f.block_size = 16;
+  f.agents = 3;
+  f.eviction = "snapkv, budget 64 tokens";
+  printer.summary(s, rt, f);
+  const std::string text = out.str();
+  EXPECT_NE(text.find("summary (full_shared, 100 trajectory tokens, KV int8, eviction snapkv, budget 64 tokens: "
+                      "120 rows evicted)"),
+            std::string::npos)
+      << text;
+  // 3 agents x 112 rows (100 in blocks of 16) x 16 KiB = 5.25 MiB, against 1 MiB held.
+  EXPECT_NE(text.find("3 full int8 caches of the whole trajectory would hold 5.25 MiB (5.25x)"), std::string::npos)
+      << text;
+  std::ostringstream json_out;
+  RunPrinter json(json_out, /*json=*/true);
+  f.eviction.clear();
+  json.summary(s, rt, f);
+  const formats::JsonValue v = formats::parse_json(json_out.str());
+  EXPECT_EQ(v.at("kv_dtype").as_string(), "int8");
+  EXPECT_TRUE(v.at("eviction").is_null());
+  EXPECT_EQ(v.at("kv_bytes").at("n_full_caches").as_int(), 3 * 112 * (1 << 14));
+}
+
 }  // namespace
 }  // namespace lorakv::cli
