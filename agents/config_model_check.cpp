@@ -16,6 +16,7 @@
 #include "lorakv/runtime/hf_checkpoint.h"
 #include "lorakv/runtime/loaded_model.h"
 #include "lorakv/runtime/model_config.h"
+#include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/sharing_mode.h"
 
 namespace lorakv::agents {
@@ -140,6 +141,41 @@ void check_context_rules(const SessionConfig& c, const runtime::ModelConfig& mod
   }
 }
 
+// Rows rounded up to whole blocks, as the pools hand them out.
+int64_t whole_blocks(int64_t rows, int64_t block) { return (rows + block - 1) / block * block; }
+
+// The base pool against the agents, at the least a run needs: the shared context at the
+// eviction's token budget (one block without a token budget), held once, or once per agent in
+// `full`; and beside it the longest reply with its agent's instruction and turn header. A run
+// whose trajectory grows past the pool still fails later, at the step that needs the rows;
+// this refuses the configs that cannot run a single turn.
+void check_pool_rows(const SessionConfig& c, const ModelHeader& header) {
+  const RuntimeOptions options = runtime_options(c);
+  const int64_t row_bytes =
+      runtime::Engine::base_row_bytes(header.config, runtime::parse_model_dtype(options.dtype), engine_options(options));
+  const int64_t block = c.cache.block_size;
+  const int64_t pool_rows = c.cache.pool_bytes / row_bytes;
+  const int64_t budget = c.cache.eviction.budget_tokens;
+  const int64_t copies = c.cache.mode == "full" ? static_cast<int64_t>(c.agents.size()) : 1;
+  const int64_t context_rows = copies * whole_blocks(budget > 0 ? budget + 1 : 1, block);
+  constexpr int64_t kHeaderTokens = 8;  // "<|im_start|>name\n" and the turn's close, generously
+  for (const config::AgentSection& agent : c.agents) {
+    const int64_t instruction = static_cast<int64_t>(header.tokenizer->encode(agent.private_instruction()).size());
+    const int64_t reply_rows = whole_blocks(instruction + kHeaderTokens + agent.max_tokens, block);
+    const int64_t needed = context_rows + reply_rows;
+    if (needed <= pool_rows) continue;
+    const int64_t mib = (needed * row_bytes + (1 << 20) - 1) >> 20;
+    throw c.error_at("cache.pool_bytes",
+                     "the KV pool holds " + std::to_string(pool_rows) + " token rows of " + std::to_string(row_bytes) +
+                         " bytes; agent " + agent.name + "'s reply (max_tokens " + std::to_string(agent.max_tokens) +
+                         ", instruction " + std::to_string(instruction) + " tokens) beside the context (" +
+                         std::to_string(context_rows) + " rows" + (copies > 1 ? ", one copy per agent in full" : "") +
+                         ") needs " + std::to_string(needed),
+                     "raise cache.pool_bytes to at least " + std::to_string(mib) + "MiB, or lower agents." + agent.name +
+                         ".max_tokens");
+  }
+}
+
 }  // namespace
 
 ConfigModelReport check_config_against_model(const SessionConfig& c) {
@@ -148,6 +184,7 @@ ConfigModelReport check_config_against_model(const SessionConfig& c) {
   const std::vector<std::shared_ptr<const adapters::Adapter>> loaded = load_adapters(c, adapter_shape(header.config));
   check_sharing_mode(c, loaded, ChatLayout(*header.tokenizer));
   check_context_rules(c, header.config);
+  check_pool_rows(c, header);
   ConfigModelReport report;
   report.architecture = header.config.architecture;
   report.model_name = header.config.name;

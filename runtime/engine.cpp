@@ -212,10 +212,13 @@ cache::StorageDtype Engine::base_kv_dtype(const LlamaModel& model, const EngineO
 }
 
 int64_t Engine::base_row_bytes(const LlamaModel& model, const EngineOptions& options) {
-  const ModelConfig& c = model.config();
+  return base_row_bytes(model.config(), model.dtype(), options);
+}
+
+int64_t Engine::base_row_bytes(const ModelConfig& c, at::ScalarType model_dtype, const EngineOptions& options) {
   const int64_t heads_per_group = options.per_head_token_sets ? 1 : c.num_kv_heads;
   const int64_t lanes = c.num_layers * (c.num_kv_heads / heads_per_group);
-  const int64_t head_bytes = head_row_bytes(base_dtype(options, model.dtype()), c.head_dim);
+  const int64_t head_bytes = head_row_bytes(base_dtype(options, model_dtype), c.head_dim);
   return lanes * (2 * heads_per_group * head_bytes + static_cast<int64_t>(sizeof(int32_t)));
 }
 

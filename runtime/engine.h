@@ -263,6 +263,8 @@ class Engine {
   // Bytes one token row takes in the base pool over every layer and head group (K, V and
   // its position), as the pools hold it: the unit kv_pool_bytes is divided by.
   static int64_t base_row_bytes(const LlamaModel& model, const EngineOptions& options = {});
+  // The same from the model's header (a config check, before any weight loads).
+  static int64_t base_row_bytes(const ModelConfig& config, at::ScalarType model_dtype, const EngineOptions& options = {});
   // The base pool's element type: options.kv_dtype, else the model's dtype.
   static cache::StorageDtype base_kv_dtype(const LlamaModel& model, const EngineOptions& options = {});
 

@@ -98,12 +98,19 @@ TEST(RunCommand, BadArgumentsAreRefused) {
 TEST(RunCommand, CheckRefusesWhatRunRefusesWithTheSameMessage) {
   const std::string dir = scratch_dir("check_refusals");
   setenv("LORAKV_TEST_MODEL", lorakv::testing::test_setting("LORAKV_MODEL").c_str(), 1);
-  const std::vector<std::string> caches = {"{rerotate: true, eviction: {policy: snapkv, budget: 64}}",
-                                           "{eviction: {policy: adakv, budget: 64}}"};
+  // Each cache section, and the key its refusal names.
+  const std::vector<std::pair<std::string, std::string>> caches = {
+      {"{rerotate: true, eviction: {policy: snapkv, budget: 64}}", "[cache.eviction.policy]"},
+      {"{eviction: {policy: adakv, budget: 64}}", "[cache.eviction.policy]"},
+      // 1 MiB holds 22 float32 rows of this model: not the reply's 4 tokens beside its header.
+      {"{pool_bytes: 1MiB}", "[cache.pool_bytes]"},
+      // In full each agent holds the context at its budget: 2 x 256 rows beside a reply.
+      {"{mode: full, pool_bytes: 20MiB, eviction: {policy: snapkv, budget: 240}}", "[cache.pool_bytes]"}};
   for (size_t i = 0; i < caches.size(); ++i) {
     const std::string path = dir + "/refused" + std::to_string(i) + ".yaml";
-    std::ofstream(path) << "model: ${LORAKV_TEST_MODEL}\ncache: " << caches[i]
-                        << "\nagents: {alice: {max_tokens: 4}}\nworkflow: {type: round_robin, agents: [alice], input: Hi}\n";
+    std::ofstream(path) << "model: ${LORAKV_TEST_MODEL}\ncache: " << caches[i].first
+                        << "\nagents: {alice: {max_tokens: 4}, bob: {max_tokens: 4}}\n"
+                           "workflow: {type: round_robin, agents: [alice, bob], input: Hi}\n";
     auto refusal = [&](std::vector<std::string> args) -> std::string {
       std::istringstream in;
       std::ostringstream out;
@@ -117,7 +124,7 @@ TEST(RunCommand, CheckRefusesWhatRunRefusesWithTheSameMessage) {
     };
     const std::string checked = refusal({"--check", path});
     EXPECT_TRUE(contains(checked, path + ":2:")) << checked;
-    EXPECT_TRUE(contains(checked, "[cache.eviction.policy]")) << checked;
+    EXPECT_TRUE(contains(checked, caches[i].second)) << checked;
     EXPECT_EQ(refusal({path}), checked);
   }
 }
