@@ -14,6 +14,7 @@
 #include "lorakv/formats/gguf_file.h"
 #include "lorakv/formats/tokenizer_gguf.h"
 #include "lorakv/runtime/hf_checkpoint.h"
+#include "lorakv/runtime/llama_model.h"
 #include "lorakv/runtime/loaded_model.h"
 #include "lorakv/runtime/model_config.h"
 #include "lorakv/runtime/engine.h"
@@ -50,13 +51,6 @@ ModelHeader read_model_header(const SessionConfig& c) {
   } catch (const Error& e) {
     throw c.error_at("model.path", e.what(), hint);
   }
-}
-
-// What an adapter must fit (as runtime::LlamaModel::adapter_shape builds it from a loaded model).
-adapters::BaseModelShape adapter_shape(const runtime::ModelConfig& m) {
-  return {m.architecture, m.num_layers, m.hidden_dim,      m.num_heads,
-          m.num_kv_heads, m.head_dim,   m.intermediate_dim, runtime::gguf_permutes_qk(m.architecture),
-          m.vocab_size};
 }
 
 // Each agent's turn header must tokenize as the layout needs it (ChatML's special tokens
@@ -181,7 +175,7 @@ void check_pool_rows(const SessionConfig& c, const ModelHeader& header) {
 ConfigModelReport check_config_against_model(const SessionConfig& c) {
   const ModelHeader header = read_model_header(c);
   check_turn_headers(c, *header.tokenizer);
-  const std::vector<std::shared_ptr<const adapters::Adapter>> loaded = load_adapters(c, adapter_shape(header.config));
+  const std::vector<std::shared_ptr<const adapters::Adapter>> loaded = load_adapters(c, runtime::adapter_shape_of(header.config));
   check_sharing_mode(c, loaded, ChatLayout(*header.tokenizer));
   check_context_rules(c, header.config);
   check_pool_rows(c, header);

@@ -25,7 +25,9 @@
 #include "lorakv/formats/safetensors_index.h"
 #include "lorakv/formats/tokenizer_gguf.h"
 #include "lorakv/formats/tokenizer_json.h"
+#include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/hf_checkpoint.h"
+#include "lorakv/runtime/llama_model.h"
 #include "lorakv/runtime/model_config.h"
 
 namespace lorakv::cli {
@@ -34,19 +36,22 @@ namespace fs = std::filesystem;
 
 const char* kInspectHelp = R"(usage: lorakv inspect FILE_OR_DIR [flags]
 
-Describes a model without loading its weights: for a GGUF file, the architecture and sizes
-(validated as lorakv would load them), parameter count, file size, tokenizer facts, the
-chat format, and every tensor (name, type, shape in PyTorch order, bytes). For a Hugging
-Face checkpoint folder (config.json with model.safetensors or model.safetensors.index.json),
-the config keys, the sizes lorakv reads from them, and the tensor table. For a LoRA adapter
-(a GGUF LoRA file, or a PEFT folder with adapter_config.json), its keys, whether it is an
-activated LoRA (aLoRA) with its invocation tokens, and the tensor table.
+Describes a model or an adapter without loading its weights. For a GGUF file or a Hugging
+Face checkpoint folder (config.json with model.safetensors or an index): the architecture
+and sizes (validated as lorakv would load them), the KV bytes one token takes per KV dtype,
+parameters and bytes, the tokenizer and chat format. For a LoRA adapter (a GGUF LoRA file,
+or a PEFT folder with adapter_config.json): rank, alpha, the modules it targets, whether it
+is an activated LoRA (aLoRA) with its invocation tokens, and with --model whether it fits
+that model. For a folder of adapters: one line per adapter in it.
 
 flags:
+  --tensors     also list every tensor (name, type, shape in PyTorch order, bytes), in
+                layer order (blk.2 before blk.10)
   --metadata    also print every GGUF metadata key with its type and value (long arrays
-                and strings abbreviated); for a checkpoint, the safetensors metadata
-  --model PATH  for an adapter: the base model (GGUF file or checkpoint folder) whose
-                tokenizer shows the invocation tokens as text
+                and strings abbreviated); for a checkpoint, config.json and the safetensors
+                metadata; for a PEFT adapter, every key of adapter_config.json
+  --model PATH  for an adapter: the base model (GGUF file or checkpoint folder) it must
+                fit, whose tokenizer also shows the invocation tokens as text
   --help        this text
 )";
 
@@ -147,11 +152,27 @@ void print_config(std::ostream& out, const runtime::ModelConfig& c) {
   if (c.sliding_window > 0) row(out, "sliding window", std::to_string(c.sliding_window));
 }
 
+// The KV bytes one token's row takes in the base pool (every layer's K and V, and its
+// position), per KV dtype, as the engine sizes its pools.
+std::string kv_bytes_per_token(const runtime::ModelConfig& c) {
+  std::string text;
+  for (const cache::StorageDtype dtype :
+       {cache::StorageDtype::kFloat32, cache::StorageDtype::kBFloat16, cache::StorageDtype::kInt8}) {
+    runtime::EngineOptions o;
+    o.kv_dtype = dtype;
+    text += (text.empty() ? "" : ", ") + std::string(runtime::kv_dtype_name(dtype)) + " " +
+            grouped(static_cast<uint64_t>(runtime::Engine::base_row_bytes(c, at::kFloat, o)));
+  }
+  return text + " bytes";
+}
+
 // The config as lorakv would load it, or why it cannot.
 void print_model(std::ostream& out, const std::function<runtime::ModelConfig()>& read) {
   out << "model:\n";
   try {
-    print_config(out, read());
+    const runtime::ModelConfig c = read();
+    print_config(out, c);
+    row(out, "KV per token", kv_bytes_per_token(c));
   } catch (const Error& e) {
     row(out, "not runnable", e.what());
   }
@@ -163,7 +184,31 @@ struct TensorRow {
   int64_t num_elements = 0, num_bytes = 0;
 };
 
-void print_tensors(std::ostream& out, const std::vector<TensorRow>& rows) {
+// Names compared with their digit runs as numbers: blk.2 before blk.10, layers.9 before
+// layers.10.
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+      const std::string da = a.substr(i, ie - i), db = b.substr(j, je - j);
+      const std::string ta = da.substr(std::min(da.find_first_not_of('0'), da.size() - 1));
+      const std::string tb = db.substr(std::min(db.find_first_not_of('0'), db.size() - 1));
+      if (ta.size() != tb.size()) return ta.size() < tb.size();
+      if (ta != tb) return ta < tb;
+      i = ie, j = je;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i, ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// Parameters and bytes; with `list`, every tensor in natural name order.
+void print_tensors(std::ostream& out, std::vector<TensorRow> rows, bool list) {
   size_t width = 4;
   int64_t params = 0, bytes = 0;
   for (const TensorRow& r : rows) {
@@ -173,6 +218,11 @@ void print_tensors(std::ostream& out, const std::vector<TensorRow>& rows) {
   }
   row(out, "parameters", grouped(static_cast<uint64_t>(params)));
   row(out, "tensor bytes", bytes_text(static_cast<uint64_t>(bytes)));
+  if (!list) {
+    row(out, "tensors", std::to_string(rows.size()) + " (--tensors lists them)");
+    return;
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const TensorRow& x, const TensorRow& y) { return natural_less(x.name, y.name); });
   out << "tensors (" << rows.size() << "):\n";
   const int w = static_cast<int>(width);
   char buf[512];
@@ -215,16 +265,49 @@ std::string chat_format(const std::string& jinja) {
   }
 }
 
-// The tokenizer of --model (a GGUF file or a checkpoint folder with tokenizer.json), to show
-// an adapter's invocation tokens as text.
-std::unique_ptr<formats::BpeTokenizer> model_tokenizer(const std::optional<std::string>& model) {
+// The --model an adapter is inspected against: its hyperparameters (what the adapter must
+// fit) and its tokenizer (the invocation tokens as text).
+struct BaseModel {
+  runtime::ModelConfig config;
+  std::unique_ptr<formats::BpeTokenizer> tokenizer;
+};
+
+std::unique_ptr<BaseModel> read_base_model(const std::optional<std::string>& model) {
   if (!model) return nullptr;
+  auto base = std::make_unique<BaseModel>();
   std::error_code ec;
   if (fs::is_directory(*model, ec)) {
-    return std::make_unique<formats::BpeTokenizer>(
+    base->config = runtime::read_hf_config(*model);
+    base->tokenizer = std::make_unique<formats::BpeTokenizer>(
         formats::vocab_from_tokenizer_json((fs::path(*model) / "tokenizer.json").string()));
+    return base;
   }
-  return std::make_unique<formats::BpeTokenizer>(formats::tokenizer_from_gguf(*formats::GgufFile::open(*model)));
+  const std::unique_ptr<formats::GgufFile> f = formats::GgufFile::open(*model);
+  base->config = runtime::read_model_config(*f);
+  base->tokenizer = std::make_unique<formats::BpeTokenizer>(formats::tokenizer_from_gguf(*f));
+  return base;
+}
+
+struct InspectOptions {
+  bool metadata = false;  // --metadata
+  bool tensors = false;   // --tensors
+  const BaseModel* model = nullptr;  // --model
+  const formats::BpeTokenizer* tokenizer() const { return model ? model->tokenizer.get() : nullptr; }
+};
+
+// With --model: whether the adapter loads against it (every module's shape), as a session
+// would load it, or the loader's refusal.
+void print_fit(std::ostream& out, const std::string& path, const InspectOptions& o) {
+  if (o.model == nullptr) {
+    row(out, "fits", "(--model tells)");
+    return;
+  }
+  try {
+    adapters::load_adapter("inspected", path, runtime::adapter_shape_of(o.model->config));
+    row(out, "fits", "yes: " + o.model->config.architecture + " '" + o.model->config.name + "'");
+  } catch (const Error& e) {
+    row(out, "fits", std::string("no: ") + e.what());
+  }
 }
 
 // How the adapter acts, and its aLoRA invocation tokens (as text too, given a tokenizer).
@@ -264,8 +347,8 @@ void print_activation(std::ostream& out, const std::function<std::vector<int32_t
   row(out, "invocation pieces", pieces);
 }
 
-int inspect_gguf_adapter(const std::string& path, const formats::GgufFile& f, bool metadata,
-                         const formats::BpeTokenizer* tokenizer, std::ostream& out) {
+int inspect_gguf_adapter(const std::string& path, const formats::GgufFile& f, const InspectOptions& o,
+                         std::ostream& out) {
   out << "adapter: " << path << " (GGUF)\n";
   row(out, "format", "GGUF v" + std::to_string(f.version()) + ", " + std::to_string(f.metadata().size()) +
                          " metadata keys, alignment " + std::to_string(f.alignment()));
@@ -276,8 +359,9 @@ int inspect_gguf_adapter(const std::string& path, const formats::GgufFile& f, bo
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", alpha.value_or(0.0));
   row(out, "alpha", alpha ? buf : "(none)");
-  print_activation(out, [&] { return adapters::gguf_invocation_tokens(f); }, tokenizer);
-  if (metadata) {
+  print_activation(out, [&] { return adapters::gguf_invocation_tokens(f); }, o.tokenizer());
+  print_fit(out, path, o);
+  if (o.metadata) {
     out << "metadata (" << f.metadata().size() << " keys):\n";
     for (const auto& [key, value] : f.metadata()) {
       out << "  " << key << " (" << value.describe() << ") = " << value_text(value) << "\n";
@@ -288,11 +372,17 @@ int inspect_gguf_adapter(const std::string& path, const formats::GgufFile& f, bo
   for (const formats::GgufTensorInfo& t : f.tensors()) {
     rows.push_back({t.name, formats::ggml_type_name(t.type_id), t.torch_shape(), t.num_elements, t.num_bytes});
   }
-  print_tensors(out, rows);
+  print_tensors(out, rows, o.tensors);
   return 0;
 }
 
-int inspect_peft(const std::string& dir, const formats::BpeTokenizer* tokenizer, std::ostream& out) {
+// A key of adapter_config.json as JSON text, or "(none)".
+std::string config_value(const formats::JsonValue& config, const char* key) {
+  const formats::JsonValue* v = config.find(key);
+  return v == nullptr || v->is_null() ? "(none)" : v->to_string();
+}
+
+int inspect_peft(const std::string& dir, const InspectOptions& o, std::ostream& out) {
   const fs::path config_path = fs::path(dir) / "adapter_config.json";
   formats::JsonParseOptions options;
   options.source = config_path.string();
@@ -302,14 +392,26 @@ int inspect_peft(const std::string& dir, const formats::BpeTokenizer* tokenizer,
                                                                          config.describe(), ""});
   }
   out << "adapter: " << dir << " (PEFT)\n";
-  out << "adapter_config.json (" << config.size() << " keys):\n";
-  for (const auto& [key, value] : config.as_object()) {
-    std::string text = value.to_string();
-    if (text.size() > kMaxStringBytes) text = text.substr(0, kMaxStringBytes) + "... (" + grouped(text.size()) + " bytes)";
-    row(out, key, text);
+  row(out, "type", config_value(config, "peft_type"));
+  row(out, "rank", config_value(config, "r"));
+  row(out, "alpha", config_value(config, "lora_alpha"));
+  row(out, "targets", config_value(config, "target_modules"));
+  for (const char* key : {"rank_pattern", "alpha_pattern", "layers_to_transform", "use_rslora", "use_dora"}) {
+    const formats::JsonValue* v = config.find(key);
+    const bool set = v != nullptr && !v->is_null() && v->to_string() != "{}" && v->to_string() != "false";
+    if (set) row(out, key, v->to_string());  // only what changes the math
   }
-  out << "adapter:\n";
-  print_activation(out, [&] { return adapters::parse_invocation_tokens(config_path.string(), config); }, tokenizer);
+  row(out, "base model", config_value(config, "base_model_name_or_path"));
+  print_activation(out, [&] { return adapters::parse_invocation_tokens(config_path.string(), config); }, o.tokenizer());
+  print_fit(out, dir, o);
+  if (o.metadata) {
+    out << "adapter_config.json (" << config.size() << " keys):\n";
+    for (const auto& [key, value] : config.as_object()) {
+      std::string text = value.to_string();
+      if (text.size() > kMaxStringBytes) text = text.substr(0, kMaxStringBytes) + "... (" + grouped(text.size()) + " bytes)";
+      row(out, key, text);
+    }
+  }
   const fs::path weights = fs::path(dir) / "adapter_model.safetensors";
   out << "weights:\n";
   if (!fs::exists(weights)) {
@@ -320,15 +422,15 @@ int inspect_peft(const std::string& dir, const formats::BpeTokenizer* tokenizer,
   std::vector<TensorRow> rows;
   for (const auto& t : file->tensors()) rows.push_back({t.name, t.dtype_name(), t.shape, t.num_elements, t.num_bytes});
   row(out, "files", "adapter_model.safetensors, " + bytes_text(file->file_size()));
-  print_tensors(out, rows);
+  print_tensors(out, rows, o.tensors);
   return 0;
 }
 
-int inspect_gguf(const std::string& path, bool metadata, const formats::BpeTokenizer* tokenizer, std::ostream& out) {
+int inspect_gguf(const std::string& path, const InspectOptions& o, std::ostream& out) {
   const std::unique_ptr<formats::GgufFile> f = formats::GgufFile::open(path);
   const formats::GgufValue* type = f->find("general.type");
   if (type != nullptr && type->type == formats::GgufType::kString && type->s == "adapter") {
-    return inspect_gguf_adapter(path, *f, metadata, tokenizer, out);
+    return inspect_gguf_adapter(path, *f, o, out);
   }
   out << "file: " << path << "\n";
   row(out, "format", "GGUF v" + std::to_string(f->version()) + ", " + std::to_string(f->metadata().size()) +
@@ -348,7 +450,7 @@ int inspect_gguf(const std::string& path, bool metadata, const formats::BpeToken
   row(out, "add bos", add_bos ? (*add_bos ? "yes" : "no") : "(not set: no)");
   row(out, "chat format", chat_format(f->find_string("tokenizer.chat_template").value_or("")));
 
-  if (metadata) {
+  if (o.metadata) {
     out << "metadata (" << f->metadata().size() << " keys):\n";
     for (const auto& [key, value] : f->metadata()) {
       out << "  " << key << " (" << value.describe() << ") = " << value_text(value) << "\n";
@@ -360,7 +462,7 @@ int inspect_gguf(const std::string& path, bool metadata, const formats::BpeToken
   for (const formats::GgufTensorInfo& t : f->tensors()) {
     rows.push_back({t.name, formats::ggml_type_name(t.type_id), t.torch_shape(), t.num_elements, t.num_bytes});
   }
-  print_tensors(out, rows);
+  print_tensors(out, rows, o.tensors);
   return 0;
 }
 
@@ -399,7 +501,7 @@ void print_hf_tokenizer(std::ostream& out, const std::string& dir) {
   row(out, "chat format", chat_format(chat_template));
 }
 
-int inspect_hf(const std::string& dir, bool metadata, std::ostream& out) {
+int inspect_hf(const std::string& dir, const InspectOptions& o, std::ostream& out) {
   const fs::path config_path = fs::path(dir) / "config.json";
   const fs::path single = fs::path(dir) / "model.safetensors";
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
@@ -421,13 +523,15 @@ int inspect_hf(const std::string& dir, bool metadata, std::ostream& out) {
                          {config_path.string(), "", "an object", config.describe(), ""});
   }
   out << "checkpoint: " << dir << " (Hugging Face)\n";
-  out << "config.json (" << config.size() << " keys):\n";
-  for (const auto& [key, value] : config.as_object()) {
-    std::string text = value.to_string();
-    if (text.size() > kMaxStringBytes) {
-      text = text.substr(0, kMaxStringBytes) + "... (" + grouped(text.size()) + " bytes)";
+  if (o.metadata) {
+    out << "config.json (" << config.size() << " keys):\n";
+    for (const auto& [key, value] : config.as_object()) {
+      std::string text = value.to_string();
+      if (text.size() > kMaxStringBytes) {
+        text = text.substr(0, kMaxStringBytes) + "... (" + grouped(text.size()) + " bytes)";
+      }
+      row(out, key, text);
     }
-    row(out, key, text);
   }
   print_model(out, [&] { return runtime::read_hf_config(dir); });
   print_hf_tokenizer(out, dir);
@@ -444,23 +548,90 @@ int inspect_hf(const std::string& dir, bool metadata, std::ostream& out) {
     for (const std::string& name : idx->tensor_names()) add(idx->tensor(name));
     row(out, "files", "model.safetensors.index.json, " + std::to_string(idx->shards().size()) + " shards, " +
                           bytes_text(file_bytes));
-    if (metadata) row(out, "index metadata", idx->metadata().to_string());
+    if (o.metadata) row(out, "index metadata", idx->metadata().to_string());
   } else {
     const std::unique_ptr<formats::SafetensorsFile> file = formats::SafetensorsFile::open(single.string());
     for (const auto& t : file->tensors()) add(t);
     row(out, "files", "model.safetensors, " + bytes_text(file->file_size()));
-    if (metadata) {
+    if (o.metadata) {
       for (const auto& [key, value] : file->metadata()) row(out, "metadata " + key, quoted(value));
     }
   }
-  print_tensors(out, rows);
+  print_tensors(out, rows, o.tensors);
+  return 0;
+}
+
+bool is_peft_folder(const fs::path& dir) {
+  return fs::exists(dir / "adapter_config.json") && !fs::exists(dir / "config.json");
+}
+
+bool is_gguf_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::string(magic, 4) == "GGUF";
+}
+
+// One PEFT adapter on one line, from its config and file sizes (no weights read).
+std::string peft_line(const fs::path& dir) {
+  formats::JsonParseOptions options;
+  options.source = (dir / "adapter_config.json").string();
+  const formats::JsonValue config = formats::parse_json_file(options.source, options);
+  if (!config.is_object()) throw AdapterLoadError("adapter_config.json is not a JSON object", {options.source});
+  const fs::path weights = dir / "adapter_model.safetensors";
+  std::error_code ec;
+  const uintmax_t bytes = fs::file_size(weights, ec);
+  return "PEFT, rank " + config_value(config, "r") + ", alpha " + config_value(config, "lora_alpha") + ", targets " +
+         config_value(config, "target_modules") + ", " + (ec ? std::string("no weights file") : bytes_text(bytes));
+}
+
+// One GGUF LoRA file on one line, from its header.
+std::string gguf_adapter_line(const fs::path& path) {
+  const std::unique_ptr<formats::GgufFile> f = formats::GgufFile::open(path.string());
+  char alpha[32];
+  std::snprintf(alpha, sizeof alpha, "%g", f->find_float("adapter.lora.alpha").value_or(0.0));
+  return "GGUF " + f->find_string("adapter.type").value_or("(no adapter.type)") + ", alpha " + alpha + ", " +
+         std::to_string(f->tensors().size()) + " tensors, " + bytes_text(f->file_size());
+}
+
+// A folder that is neither a checkpoint nor an adapter: one line per adapter in it (PEFT
+// folders and GGUF LoRA files), in name order: name, format, rank, alpha, targets, bytes;
+// with --model, whether it fits.
+int inspect_adapter_folder(const std::string& dir, const InspectOptions& o, std::ostream& out) {
+  std::vector<fs::path> entries;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) entries.push_back(e.path());
+  std::sort(entries.begin(), entries.end(), [](const fs::path& a, const fs::path& b) {
+    return natural_less(a.filename().string(), b.filename().string());
+  });
+  out << "adapters in " << dir << ":\n";
+  size_t found = 0;
+  for (const fs::path& p : entries) {
+    const bool peft = fs::is_directory(p) && is_peft_folder(p);
+    if (!peft && !(fs::is_regular_file(p) && is_gguf_file(p))) continue;
+    ++found;
+    std::string line = p.filename().string() + ": ";
+    try {
+      line += peft ? peft_line(p) : gguf_adapter_line(p);
+      if (o.model) {
+        adapters::load_adapter(p.filename().string(), p.string(), runtime::adapter_shape_of(o.model->config));
+        line += ", fits";
+      }
+    } catch (const Error& e) {
+      line += std::string("cannot use: ") + e.what();
+    }
+    out << "  " << line << "\n";
+  }
+  if (found == 0) {
+    throw ConfigError("no model, checkpoint or adapter here",
+                      {dir, "FILE_OR_DIR", "a GGUF file, a checkpoint folder, an adapter, or a folder of adapters",
+                       "a folder without any", "check the path"});
+  }
   return 0;
 }
 
 }  // namespace
 
 int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CliArgs a(args, {"--model"}, {"--metadata", "--help"}, "inspect");
+  CliArgs a(args, {"--model"}, {"--metadata", "--tensors", "--help"}, "inspect");
   if (a.has("--help")) {
     out << kInspectHelp;
     return 0;
@@ -476,12 +647,15 @@ int run_inspect(const std::vector<std::string>& args, std::ostream& out, std::os
     throw ConfigError("no such file or directory", {path, "FILE_OR_DIR", "a GGUF file or a checkpoint folder",
                                                     "nothing at that path", "check the path"});
   }
-  const std::unique_ptr<formats::BpeTokenizer> tokenizer = model_tokenizer(a.get("--model"));
-  if (fs::is_directory(path, ec)) {
-    const bool peft = fs::exists(fs::path(path) / "adapter_config.json") && !fs::exists(fs::path(path) / "config.json");
-    return peft ? inspect_peft(path, tokenizer.get(), out) : inspect_hf(path, a.has("--metadata"), out);
-  }
-  return inspect_gguf(path, a.has("--metadata"), tokenizer.get(), out);
+  const std::unique_ptr<BaseModel> model = read_base_model(a.get("--model"));
+  InspectOptions o;
+  o.metadata = a.has("--metadata");
+  o.tensors = a.has("--tensors");
+  o.model = model.get();
+  if (!fs::is_directory(path, ec)) return inspect_gguf(path, o, out);
+  if (is_peft_folder(path)) return inspect_peft(path, o, out);
+  if (fs::exists(fs::path(path) / "config.json")) return inspect_hf(path, o, out);
+  return inspect_adapter_folder(path, o, out);
 }
 
 }  // namespace lorakv::cli

@@ -55,12 +55,13 @@ std::unique_ptr<KvCache> LlamaModel::make_cache() const {
   return std::make_unique<ContiguousKvCache>(config_.num_layers, config_.num_kv_heads, config_.head_dim, dtype());
 }
 
-adapters::BaseModelShape LlamaModel::adapter_shape() const {
-  const ModelConfig& c = config_;
+adapters::BaseModelShape adapter_shape_of(const ModelConfig& c) {
   return {c.architecture, c.num_layers, c.hidden_dim,      c.num_heads,
           c.num_kv_heads, c.head_dim,   c.intermediate_dim, gguf_permutes_qk(c.architecture),
           c.vocab_size};
 }
+
+adapters::BaseModelShape LlamaModel::adapter_shape() const { return adapter_shape_of(config_); }
 
 int64_t LlamaModel::module_width(Module module) const {
   const ModelConfig& c = config_;

@@ -95,6 +95,9 @@ class AttentionBackend {
   virtual bool keys_before_rope() const { return false; }
 };
 
+// What an adapter must fit, from a model's hyperparameters (a header is enough).
+adapters::BaseModelShape adapter_shape_of(const ModelConfig& config);
+
 class LlamaModel {
  public:
   LlamaModel(ModelConfig config, ModelWeights weights);
@@ -109,7 +112,7 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   // What adapters must fit (layers, widths, heads) for this model.
-  adapters::BaseModelShape adapter_shape() const;
+  adapters::BaseModelShape adapter_shape() const;  // adapter_shape_of(config())
   // Throws ConfigError for an adapter of another model (shape) or dtype, or whose aLoRA
   // invocation tokens lie outside the vocabulary. Unless `activation_applied`, also for an
   // activated LoRA (adapters/adapter.h): run as a standard LoRA it would adapt every token,

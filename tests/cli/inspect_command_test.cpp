@@ -1,7 +1,8 @@
 // tests/cli/inspect_command_test.cpp: `lorakv inspect` through run_cli: the real GGUF
 // (facts cross-checked with gguf-py's GGUFReader: 272 tensors, token_embd.weight Q8_0 of
-// shape [49152, 576] in 30,081,024 bytes, 134,515,008 parameters), a hand-made Hugging
-// Face checkpoint folder, and bad input.
+// shape [49152, 576] in 30,081,024 bytes, 134,515,008 parameters), its KV bytes per token,
+// the tensor list in layer order, a hand-made Hugging Face checkpoint folder, adapters (a
+// summary first, whether one fits a model, a folder of them), and bad input.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -76,10 +77,23 @@ TEST(InspectCommand, RealGgufModel) {
   EXPECT_TRUE(has_line(o, R"( +vocab size +49,152)")) << o;
   EXPECT_TRUE(has_line(o, R"( +eos +2 "<\|im_end\|>")")) << o;
   EXPECT_TRUE(has_line(o, R"( +chat format +chatml .*SmolLM.*)")) << o;
-  EXPECT_TRUE(has_line(o, R"(tensors \(272\):)")) << o;
-  EXPECT_TRUE(has_line(o, R"( +token_embd\.weight +Q8_0 +\[49152, 576\] +30,081,024)")) << o;
-  EXPECT_TRUE(has_line(o, R"( +blk\.0\.ffn_down\.weight +Q4_1 +\[576, 1536\] +552,960)")) << o;
+  // A row per token: 30 layers x (K and V of 3 KV heads x 64 values, int8 with a float32
+  // scale per head, + a 4-byte position): 30 x (2 x 3 x 256 + 4) = 46,200 in float32,
+  // 30 x (2 x 3 x 128 + 4) = 23,160 in bfloat16, 30 x (2 x 3 x (64 + 4) + 4) = 12,360 in int8.
+  EXPECT_TRUE(has_line(o, R"( +KV per token +float32 46,200, bfloat16 23,160, int8 12,360 bytes)")) << o;
+  EXPECT_TRUE(has_line(o, R"( +tensors +272 \(--tensors lists them\))")) << o;
+  EXPECT_EQ(o.find("token_embd"), std::string::npos) << "tensors only with --tensors";
   EXPECT_EQ(o.find("metadata ("), std::string::npos) << "metadata only with --metadata";
+  const Result t = inspect({model, "--tensors"});
+  EXPECT_TRUE(has_line(t.out, R"(tensors \(272\):)")) << t.out;
+  EXPECT_TRUE(has_line(t.out, R"( +token_embd\.weight +Q8_0 +\[49152, 576\] +30,081,024)")) << t.out;
+  EXPECT_TRUE(has_line(t.out, R"( +blk\.0\.ffn_down\.weight +Q4_1 +\[576, 1536\] +552,960)")) << t.out;
+  // Layer order: blk.2 before blk.10, blk.29 last of the blocks.
+  const size_t b2 = t.out.find("blk.2.attn_k"), b10 = t.out.find("blk.10.attn_k"), b29 = t.out.find("blk.29.ffn_up");
+  ASSERT_NE(b10, std::string::npos) << t.out;
+  EXPECT_LT(b2, b10);
+  EXPECT_LT(b10, b29);
+  EXPECT_LT(b29, t.out.find("output_norm.weight"));
 }
 
 TEST(InspectCommand, MetadataFlagDumpsEveryKeyAbbreviated) {
@@ -111,7 +125,7 @@ TEST(InspectCommand, HuggingFaceCheckpointFolder) {
   st.metadata["format"] = "pt";
   st.write((dir / "model.safetensors").string());
 
-  const Result r = inspect({dir.string(), "--metadata"});
+  const Result r = inspect({dir.string(), "--metadata", "--tensors"});
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string& o = r.out;
   EXPECT_TRUE(has_line(o, R"(config\.json \(13 keys\):)")) << o;
@@ -151,7 +165,7 @@ TEST(InspectCommand, GgufLoraAdapterShowsItsInvocationTokens) {
   EXPECT_TRUE(has_line(r.out, R"( +activation +activated LoRA \(aLoRA\): from the last occurrence.*context rows are base rows)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"( +invocation tokens +\[1, 2\] \(2\))")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"( +invocation text +\(pass --model to see it\))")) << r.out;
-  EXPECT_TRUE(has_line(r.out, R"( +blk\.0\.attn_v\.weight\.lora_a +F32 +\[1, 8\] +32)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +tensors +2 \(--tensors lists them\))")) << r.out;
   EXPECT_EQ(r.out.find("not runnable"), std::string::npos) << "an adapter is not described as a model: " << r.out;
   // With the base model, the tokens as text (SmolLM2: 1 is <|im_start|>, 2 <|im_end|>).
   const std::string model = lorakv::testing::test_setting("LORAKV_MODEL");
@@ -188,16 +202,42 @@ TEST(InspectCommand, PeftAdapterFolderShowsItsInvocationTokens) {
   const Result r = inspect({dir.string()});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has_line(r.out, R"(adapter: .*inspect-peft \(PEFT\))")) << r.out;
-  EXPECT_TRUE(has_line(r.out, R"(adapter_config\.json \(5 keys\):)")) << r.out;
+  // The summary comes first: rank, alpha and targets, not every config key.
+  EXPECT_TRUE(has_line(r.out, R"( +rank +1)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +alpha +2)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +targets +\["v_proj"\])")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"( +fits +\(--model tells\))")) << r.out;
+  EXPECT_EQ(r.out.find("adapter_config.json ("), std::string::npos) << "every key only with --metadata";
   EXPECT_TRUE(has_line(r.out, R"( +invocation tokens +\[7, 8, 9\] \(3\))")) << r.out;
-  EXPECT_TRUE(has_line(r.out, R"(tensors \(2\):)")) << r.out;
+  const Result all = inspect({dir.string(), "--metadata", "--tensors"});
+  EXPECT_TRUE(has_line(all.out, R"(adapter_config\.json \(5 keys\):)")) << all.out;
+  EXPECT_TRUE(has_line(all.out, R"(tensors \(2\):)")) << all.out;
+  // Against the real model: a v_proj of 4 rows does not fit SmolLM2's 192.
+  const Result fit = inspect({dir.string(), "--model", lorakv::testing::test_setting("LORAKV_MODEL")});
+  EXPECT_TRUE(has_line(fit.out, R"( +fits +no: adapter load error.*)")) << fit.out;
   remove_files(dir, {"adapter_config.json", "adapter_model.safetensors"});
+}
+
+// A folder of adapters: one line each, in name order; with --model, whether each fits.
+TEST(InspectCommand, FolderOfAdaptersListsThem) {
+  const std::string folder = lorakv::testing::test_setting("LORAKV_SOURCE_DIR") + "/assets/role_adapters/qv_shared_a";
+  const Result r = inspect({folder, "--model", lorakv::testing::test_setting("LORAKV_MODEL")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* role : {"actor", "planner", "reflector"}) {
+    EXPECT_TRUE(has_line(r.out, std::string("  ") + role +
+                                    R"(: PEFT, rank 8, alpha 16\.0, targets \["q_proj", "v_proj"\], .* bytes\), fits)"))
+        << role << " in\n" << r.out;
+  }
+  EXPECT_LT(r.out.find("  actor:"), r.out.find("  planner:"));
+  EXPECT_LT(r.out.find("  planner:"), r.out.find("  reflector:"));
 }
 
 TEST(InspectCommand, HelpDocumentsEveryFlag) {
   const Result r = inspect({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* flag : {"--metadata", "--model", "--help", "FILE_OR_DIR"}) EXPECT_NE(r.out.find(flag), std::string::npos);
+  for (const char* flag : {"--metadata", "--tensors", "--model", "--help", "FILE_OR_DIR"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
   std::ostringstream out, err;
   run_cli({"--help"}, out, err);
   EXPECT_NE(out.str().find("inspect"), std::string::npos);
@@ -212,14 +252,14 @@ TEST(InspectCommand, BadInput) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/model.gguf"), std::string::npos) << e.what();
     EXPECT_FALSE(e.context().hint.empty());
   }
-  // A folder without config.json.
+  // A folder with no config.json, adapter or adapter folder in it.
   const fs::path dir = lorakv::testing::temp_path("inspect-empty");
   fs::create_directories(dir);
   try {
     inspect({dir.string()});
-    ADD_FAILURE() << "no error for a folder without config.json";
-  } catch (const ModelLoadError& e) {
-    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+    ADD_FAILURE() << "no error for an empty folder";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no model, checkpoint or adapter here"), std::string::npos) << e.what();
     EXPECT_FALSE(e.context().hint.empty());
   }
   // A config.json but no weights.
