@@ -11,6 +11,7 @@
 #include "lorakv/cli/commands.h"
 #include "lorakv/cli/generate_options.h"
 #include "lorakv/cli/session_run.h"
+#include "lorakv/common/logging.h"
 #include "lorakv/formats/json.h"
 #include "lorakv/runtime/engine.h"
 
@@ -42,6 +43,7 @@ flags:
   --kv-dtype DTYPE      float32, bfloat16 or int8 (default: the activations' dtype)
   --threads N           libtorch's threads (0: its default)
   --transcript FILE     write the conversation as JSON lines when it ends
+  --log-level LEVEL     trace, debug, info, warn, error or off (default info, on stderr)
 )";
 
 // A YAML (and JSON) double-quoted scalar holding `text` exactly.
@@ -87,13 +89,14 @@ std::string chat_config_yaml(const CliArgs& a) {
 int run_chat(const std::vector<std::string>& args, std::istream& in, std::ostream& out) {
   const CliArgs a(args,
                   {"--model", "--adapter", "--system", "--max-tokens", "--temperature", "--top-k", "--top-p",
-                   "--repetition-penalty", "--seed", "--kv-dtype", "--threads", "--transcript"},
+                   "--repetition-penalty", "--seed", "--kv-dtype", "--threads", "--transcript", "--log-level"},
                   {"--help"}, "chat");
   if (a.has("--help")) {
     out << kHelp;
     return 0;
   }
   if (!a.positional().empty()) throw UsageError("unexpected argument", {"", a.positional().front(), "flags only", "", a.help_hint()});
+  if (auto level = a.get("--log-level")) log::set_level(for_flag("--log-level", a.help_hint(), [&] { return log::parse_level(*level); }));
   const std::string yaml = chat_config_yaml(a);
   const agents::config::SessionConfig c = agents::config::load_session_config_from_string(yaml, "lorakv chat's flags", "");
   agents::check_config_against_model(c);

@@ -196,7 +196,7 @@ GenerateOptions parse_generate_options(const CliArgs& a, std::istream& standard_
   if (!a.positional().empty()) {
     throw UsageError("unexpected argument", {"", a.positional().front(), "flags only", "", kHelpHint});
   }
-  if (auto level = a.get("--log-level")) o.log_level = log::parse_level(*level);
+  if (auto level = a.get("--log-level")) o.log_level = for_flag("--log-level", kHelpHint, [&] { return log::parse_level(*level); });
   o.model_path = parse_model_flag(a);
   o.prompts = parse_prompts(a, standard_input);
   o.adapters = parse_adapter_flags(a);

@@ -13,6 +13,7 @@
 #include "lorakv/cli/commands.h"
 #include "lorakv/cli/session_run.h"
 #include "lorakv/common/errors.h"
+#include "lorakv/common/logging.h"
 
 namespace lorakv::cli {
 
@@ -39,6 +40,8 @@ flags:
                    every event's fields
   --threads N      libtorch's threads for this run, in place of the config's model.threads
                    (0: libtorch's default)
+  --log-level L    trace, debug, info, warn, error or off (default info; the log goes to
+                   stderr)
   --check          validate the config (the file, then the adapters and the pools against
                    the model's header) and print it with every default, without loading
                    the weights
@@ -71,7 +74,7 @@ int check(const std::string& path, std::ostream& out) {
 }  // namespace
 
 int run_run(const std::vector<std::string>& args, std::istream& in, std::ostream& out) {
-  const CliArgs a(args, {"--input", "--threads"}, {"--interactive", "--json", "--check", "--help"}, "run");
+  const CliArgs a(args, {"--input", "--threads", "--log-level"}, {"--interactive", "--json", "--check", "--help"}, "run");
   if (a.has("--help")) {
     out << kHelp;
     return 0;
@@ -81,6 +84,7 @@ int run_run(const std::vector<std::string>& args, std::istream& in, std::ostream
   }
   const std::string path = a.positional().front();
   const int64_t threads = a.get_int("--threads", 0, 0, 4096);  // checked before anything else
+  if (auto level = a.get("--log-level")) log::set_level(for_flag("--log-level", a.help_hint(), [&] { return log::parse_level(*level); }));
   if (a.has("--check")) return check(path, out);
   if (a.has("--input") && a.has("--interactive")) {
     throw UsageError("--input and --interactive exclude each other", {"", "--interactive", "", "", a.help_hint()});

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lorakv/cli/cli.h"
+#include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/formats/json.h"
@@ -85,6 +86,12 @@ TEST(RunCommand, BadArgumentsAreRefused) {
   EXPECT_THROW(run_run({"a.yaml", "b.yaml"}, in, out), ConfigError);
   EXPECT_THROW(run_run({source("configs/react_qa.yaml"), "--input", "x", "--interactive"}, in, out), ConfigError);
   EXPECT_THROW(run_run({"--check", source("configs/react_qa.yaml"), "--threads", "many"}, in, out), ConfigError);
+  try {
+    run_run({source("configs/react_qa.yaml"), "--log-level", "loud"}, in, out);
+    FAIL() << "accepted --log-level loud";
+  } catch (const UsageError& e) {
+    EXPECT_TRUE(contains(e.what(), "[--log-level]")) << e.what();
+  }
   try {
     run_run({"no/such/config.yaml"}, in, out);
     FAIL() << "accepted a missing file";
