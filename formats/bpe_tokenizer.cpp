@@ -331,14 +331,14 @@ bool BpeTokenizer::is_special(int32_t id) const { return is_special_type(token_t
 std::string StreamingDecoder::feed(int32_t id) {
   pending_ += tokenizer_.token_piece(id, render_special_);
   const size_t ready = utf8_complete_prefix(pending_);
-  std::string out = pending_.substr(0, ready);
+  std::string out = utf8_replace_invalid(std::string_view(pending_).substr(0, ready));
   pending_.erase(0, ready);
   return out;
 }
 
 std::string StreamingDecoder::flush() {
-  std::string out;
-  std::swap(out, pending_);
+  std::string out = utf8_replace_invalid(pending_);
+  pending_.clear();
   return out;
 }
 

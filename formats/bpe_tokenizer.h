@@ -98,20 +98,21 @@ class BpeTokenizer {
   std::vector<std::string> pieces_;              // decoded bytes per token
 };
 
-// Turns a stream of generated ids into text without splitting a UTF-8 character between
-// feed() calls: feed() holds back a trailing multi-byte sequence that is valid so far but
-// incomplete until the bytes that finish it arrive (utf8_complete_prefix); invalid bytes
-// pass through. flush() returns what is held back as it is, so a stream that ends inside a
-// character ends with its partial bytes. Concatenating every feed() and the final flush()
-// gives exactly decode() of all ids. One decoder per stream; it keeps a reference to the
-// tokenizer, which must outlive it.
+// Turns a stream of generated ids into valid UTF-8 text without splitting a character
+// between feed() calls: feed() holds back a trailing multi-byte sequence that is valid so
+// far but incomplete until the bytes that finish it arrive (utf8_complete_prefix); ill-formed
+// bytes become U+FFFD (utf8_replace_invalid). flush() returns what is held back, a cut
+// character as one U+FFFD. Concatenating every feed() and the final flush() gives
+// utf8_replace_invalid(decode(ids)), what transformers' decode gives; decode() itself keeps
+// the bytes (llama.cpp's detokenizer does). One decoder per stream; it keeps a reference to
+// the tokenizer, which must outlive it.
 class StreamingDecoder {
  public:
   explicit StreamingDecoder(const BpeTokenizer& tokenizer, bool render_special = true)
       : tokenizer_(tokenizer), render_special_(render_special) {}
 
   std::string feed(int32_t id);  // throws TokenizerError for an out-of-range id
-  std::string flush();           // whatever is held back, complete or not; then empty
+  std::string flush();           // what is held back (a cut character: U+FFFD); then empty
   void reset() { pending_.clear(); }
   size_t num_pending_bytes() const { return pending_.size(); }
 

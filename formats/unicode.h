@@ -35,6 +35,12 @@ std::string codepoint_to_utf8(uint32_t cpt);
 // count as complete (they cannot become valid later).
 size_t utf8_complete_prefix(std::string_view bytes);
 
+// `bytes` as valid UTF-8: well-formed sequences (Unicode Table 3-7: no overlong forms, no
+// surrogates, nothing above U+10FFFF) as they are, and each maximal ill-formed subpart as
+// one U+FFFD, as Python's bytes.decode("utf-8", errors="replace") (and so transformers'
+// decode) does: "\xe5\xb0" (a cut character) is one U+FFFD, "\xed\xa0\x80" three.
+std::string utf8_replace_invalid(std::string_view bytes);
+
 // Character classes of the GPT-2 pre-tokenizer. They are disjoint; kOther is everything
 // else, including unassigned codepoints.
 enum class CharClass : uint8_t { kOther, kLetter, kNumber, kWhitespace };

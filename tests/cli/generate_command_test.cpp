@@ -13,6 +13,7 @@
 #include "lorakv/cli/cli.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/formats/json.h"
+#include "lorakv/formats/unicode.h"
 #include "tests/support/test_settings.h"
 
 namespace lorakv::cli {
@@ -146,6 +147,21 @@ TEST(GenerateCommand, JsonFailureIsAnErrorEvent) {
   EXPECT_EQ(event.at("exit_code").as_int(), kExitError);
   EXPECT_EQ(event.at("message").as_string().rfind("model load error", 0), 0u) << out.str();
   EXPECT_NE(err.str().find("model load error"), std::string::npos);
+}
+
+// A reply cut at max_tokens inside a character ends with U+FFFD, never with the
+// character's first bytes (greedy, this prompt's 20th token is the first of two that
+// spell one character; before, stdout ended "\xe5\xb0"-style).
+TEST(GenerateCommand, AReplyCutInsideACharacterStaysValidUtf8) {
+  std::ostringstream out, err;
+  const std::string poem = "\xe8\xaf\xb7\xe7\x94\xa8\xe4\xb8\xad\xe6\x96\x87\xe5\x86\x99\xe4\xb8\x80\xe9\xa6\x96"
+                           "\xe5\x85\xb3\xe4\xba\x8e\xe6\x9c\x88\xe4\xba\xae\xe7\x9a\x84\xe8\xaf\x97\xe3\x80\x82";
+  std::vector<std::string> args = generate_args({"--prompt", poem});
+  args[6] = "20";  // --max-tokens
+  ASSERT_EQ(run_cli(args, out, err), 0);
+  const std::string text = out.str();
+  EXPECT_EQ(formats::utf8_replace_invalid(text), text) << "ill-formed UTF-8 in the output";
+  EXPECT_EQ(text.substr(text.size() - 4), "\xEF\xBF\xBD\n") << "the cut character";
 }
 
 }  // namespace

@@ -130,12 +130,17 @@ TEST(StreamingDecoder, HoldsBackAPartialEmojiAndEmitsItWhole) {
   EXPECT_EQ(stream.num_pending_bytes(), 3u);
   EXPECT_EQ(stream.feed(byte_id(emoji[3])), emoji);
   EXPECT_EQ(stream.feed(2), "<|im_end|>");
-  // A stream cut mid-character: flush hands back the held bytes as they are.
+  // A stream cut mid-character: flush hands back U+FFFD for the held bytes, never half a
+  // character (a reply cut at max_tokens stays valid UTF-8).
   EXPECT_EQ(stream.feed(byte_id(emoji[0])), "");
-  EXPECT_EQ(stream.flush(), emoji.substr(0, 1));
+  EXPECT_EQ(stream.feed(byte_id(emoji[1])), "");
+  EXPECT_EQ(stream.flush(), "\xEF\xBF\xBD");
   EXPECT_EQ(stream.num_pending_bytes(), 0u);
-  // Invalid bytes are never held back: they cannot complete.
-  EXPECT_EQ(stream.feed(byte_id('\x80')), "\x80");
+  // Ill-formed bytes are never held back (they cannot complete) and never passed on.
+  EXPECT_EQ(stream.feed(byte_id('\x80')), "\xEF\xBF\xBD");
+  // An overlong lead may wait for its next byte, but comes out as U+FFFD, not as bytes.
+  const std::string overlong = stream.feed(byte_id('\xC0'));
+  EXPECT_EQ(overlong + stream.feed(byte_id('A')), "\xEF\xBF\xBD" "A");
 }
 
 TEST(BpeTokenizer, RejectsBadVocabularies) {
@@ -334,15 +339,16 @@ TEST(TokenizerParity, DecodeInvertsEncodeOnValidUtf8) {
     }
     const Ids ids = tok->encode(c.text, c.parse_special);
     EXPECT_EQ(tok->decode(ids), expected) << printable(c.text);
-    // Streaming the same ids gives the same bytes, never a broken character mid-stream.
+    // Streaming the same ids gives the same text, every piece valid UTF-8 (the bytes the
+    // vocabulary lacks may leave ill-formed sequences behind: U+FFFD each).
     StreamingDecoder stream(*tok);
     std::string streamed;
     for (int32_t id : ids) {
       const std::string out = stream.feed(id);
-      EXPECT_EQ(utf8_complete_prefix(out), out.size());
+      EXPECT_EQ(utf8_replace_invalid(out), out);
       streamed += out;
     }
-    EXPECT_EQ(streamed + stream.flush(), expected);
+    EXPECT_EQ(streamed + stream.flush(), utf8_replace_invalid(expected));
   }
   EXPECT_GE(checked, 1000u);
 }

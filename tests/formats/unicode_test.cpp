@@ -75,6 +75,27 @@ TEST(Unicode, CompletePrefixHoldsBackOnlyAnUnfinishedSequence) {
   EXPECT_EQ(utf8_complete_prefix(""), 0u);
 }
 
+// Expected values from CPython 3.11's bytes.decode("utf-8", errors="replace"), which
+// transformers' decode uses: one U+FFFD per maximal ill-formed subpart.
+TEST(Unicode, ReplaceInvalidMatchesPythonsReplaceDecoding) {
+  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  EXPECT_EQ(utf8_replace_invalid("\xe5\xb0"), r);              // a cut character
+  EXPECT_EQ(utf8_replace_invalid("\xe1\x80"), r);
+  EXPECT_EQ(utf8_replace_invalid("\xf1\x80\x80"), r);
+  EXPECT_EQ(utf8_replace_invalid("\xf0\x9f\x90" "A"), r + "A");
+  EXPECT_EQ(utf8_replace_invalid("\xe0\x80\xaf"), r + r + r);  // overlong
+  EXPECT_EQ(utf8_replace_invalid("\xc0\xaf"), r + r);
+  EXPECT_EQ(utf8_replace_invalid("\xed\xa0\x80"), r + r + r);  // a surrogate
+  EXPECT_EQ(utf8_replace_invalid("\xf4\x90\x80\x80"), r + r + r + r);  // above U+10FFFF
+  EXPECT_EQ(utf8_replace_invalid("\xc3("), r + "(");
+  EXPECT_EQ(utf8_replace_invalid("a\x80" "b"), "a" + r + "b");
+  EXPECT_EQ(utf8_replace_invalid("\xff"), r);
+  // Well-formed text is kept byte for byte, at the edges of the ranges too.
+  for (const std::string ok : {"\xf0\x9f\x98\x80", "\xe2\x82\xac", "\xed\x9f\xbf", "\xf4\x8f\xbf\xbf", "plain"}) {
+    EXPECT_EQ(utf8_replace_invalid(ok), ok);
+  }
+}
+
 TEST(Unicode, CharacterClassesFollowLlamaCppTables) {
   EXPECT_STREQ(unicode_tables_version(), "15.1.0");  // what llama.cpp's tables are built from
   EXPECT_EQ(char_class('a'), CharClass::kLetter);
