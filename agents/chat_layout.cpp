@@ -34,7 +34,9 @@ std::vector<int32_t> ChatLayout::header(const std::string& role) const {
 
 std::vector<int32_t> ChatLayout::turn(const std::string& role, const std::string& text) const {
   std::vector<int32_t> ids = header(role);
-  tokenizer_.encode(text, /*parse_special=*/true, ids);
+  // The text is content, never layout: "<|im_end|>" written in it is spelled with ordinary
+  // tokens, so a message cannot close its turn or open another (only the API writes roles).
+  tokenizer_.encode(text, /*parse_special=*/false, ids);
   ids.push_back(end_id_);
   ids.insert(ids.end(), newline_.begin(), newline_.end());
   return ids;

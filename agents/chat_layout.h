@@ -20,9 +20,10 @@ class ChatLayout {
   // The ids of "<|im_start|>{role}\n". Throws ConfigError for an empty role or one with a
   // newline or a special token's text in it (it would change the layout).
   std::vector<int32_t> header(const std::string& role) const;
-  // A whole turn: header, text, <|im_end|>, newline.
+  // A whole turn: header, text, <|im_end|>, newline. The text's special-token spellings
+  // ("<|im_end|>") are encoded as plain text: a message cannot forge a turn.
   std::vector<int32_t> turn(const std::string& role, const std::string& text) const;
-  // Text as it is, special tokens written in it parsed.
+  // Text as it is, special tokens written in it parsed (Session::append_text, the raw entry).
   std::vector<int32_t> text(const std::string& text) const { return tokenizer_.encode(text); }
   // What closes a turn after its text: <|im_end|> then the newline.
   int32_t end_id() const { return end_id_; }

@@ -49,8 +49,11 @@ class Session {
   std::vector<std::string> agents() const;
 
   // Appends a whole turn ("user", "tool", "system", or an agent's name) to the trajectory.
+  // The text is content: special-token spellings in it ("<|im_end|>") are plain text, so
+  // untrusted text cannot end its turn or open another.
   void append(const std::string& role, const std::string& text);
-  // Appends text as it is (special tokens written in it are parsed).
+  // Appends text as it is, special tokens written in it parsed: the raw entry, for callers
+  // that write the layout themselves (never for untrusted text).
   void append_text(const std::string& text);
 
   // The agent writes its next turn; waits for it. Throws UnknownAgentError, AgentBusyError,
