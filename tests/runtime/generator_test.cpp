@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "lorakv/formats/bpe_tokenizer.h"
+#include "lorakv/formats/unicode.h"
 #include "lorakv/runtime/generator.h"
 #include "lorakv/runtime/loaded_model.h"
 #include "tests/support/test_settings.h"
@@ -141,10 +142,11 @@ TEST_F(Generator, StreamedTextAddsUpToTheFinalText) {
   }
 }
 
-TEST_F(Generator, TextEndingMidCharacterKeepsItsBytesInOrder) {
+TEST_F(Generator, TextEndingMidCharacterEndsWithAReplacementInOrder) {
   // SmolLM2 spells most emoji as several byte tokens, so a sequence cut by max_new_tokens
   // can end inside a character: the streaming decoder then holds those bytes until the end,
-  // when they are flushed through the stop-string filter after the text it holds back.
+  // when they are flushed, as one U+FFFD, through the stop-string filter after the text it
+  // holds back.
   GenerationRequest r = greedy_request();
   r.prompt = tok().encode("I love pizza \xF0\x9F\x8D\x95\xF0\x9F\x8D\x95 and burgers \xF0\x9F\x8D\x94");
   r.max_new_tokens = 8;
@@ -167,8 +169,11 @@ TEST_F(Generator, TextEndingMidCharacterKeepsItsBytesInOrder) {
   const GenerationOutput out = generate(model(), &tok(), {r})[0];
   EXPECT_EQ(out.tokens, first_k);
   EXPECT_EQ(out.finish_reason, FinishReason::kLength);
-  // Everything, in order: the held-back character, then the dangling bytes.
-  EXPECT_EQ(out.text, tok().decode(first_k, false));
+  // Everything, in order: the held-back character, then U+FFFD for the cut one (valid
+  // UTF-8, as transformers' decode gives it).
+  const std::string bytes = tok().decode(first_k, false);
+  EXPECT_EQ(out.text, bytes.substr(0, bytes.size() - decoder.num_pending_bytes()) + "\xEF\xBF\xBD");
+  EXPECT_EQ(out.text, formats::utf8_replace_invalid(bytes));
 }
 
 // The seed decides the sample: the same seed gives the same tokens, in separate calls and
