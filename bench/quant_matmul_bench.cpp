@@ -80,12 +80,9 @@ at::Tensor q4_codes(const kernels::QuantMatrix& q) {
   at::Tensor out = at::empty({v.rows, v.cols}, at::kInt);
   int32_t* o = out.data_ptr<int32_t>();
   for (int64_t r = 0; r < v.rows; ++r) {
+    const uint8_t* row = v.codes + r * v.code_bytes_per_row();
     for (int64_t b = 0; b < v.blocks_per_row(); ++b) {
-      const uint8_t* c = v.codes + r * v.code_bytes_per_row() + b * 16;
-      for (int j = 0; j < 16; ++j) {
-        o[r * v.cols + b * 32 + j] = c[j] & 0x0f;
-        o[r * v.cols + b * 32 + 16 + j] = c[j] >> 4;
-      }
+      for (int j = 0; j < 32; ++j) o[r * v.cols + b * 32 + j] = kernels::q4_code(v, row, b, j);
     }
   }
   return out;
