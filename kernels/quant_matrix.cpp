@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "lorakv/common/errors.h"
@@ -76,13 +77,22 @@ QuantActivations parse_quant_activations(const std::string& name) {
                          ")"});
 }
 
+namespace {
+// The process's QuantActivations, or -1 before LORAKV_QUANT_ACTIVATIONS is read.
+std::atomic<int> process_activations{-1};
+}  // namespace
+
 QuantActivations selected_quant_activations() {
-  static const QuantActivations a = [] {
-    const char* value = std::getenv(kQuantActivationsVariable);
-    return parse_quant_activations(value ? value : "");
-  }();  // a throw leaves it unset: retried
-  return a;
+  const int a = process_activations.load(std::memory_order_relaxed);
+  if (a >= 0) return static_cast<QuantActivations>(a);
+  const char* value = std::getenv(kQuantActivationsVariable);
+  const QuantActivations parsed = parse_quant_activations(value ? value : "");
+  int expected = -1;
+  process_activations.compare_exchange_strong(expected, static_cast<int>(parsed));
+  return static_cast<QuantActivations>(process_activations.load());
 }
+
+void set_quant_activations(QuantActivations activations) { process_activations.store(static_cast<int>(activations)); }
 
 QuantMatrix::QuantMatrix(QuantFormat format, at::Tensor codes, at::Tensor scales, at::Tensor mins)
     : QuantMatrix(StoredOrder{}, format, std::move(codes), std::move(scales), std::move(mins)) {

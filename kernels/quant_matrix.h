@@ -52,8 +52,11 @@ inline constexpr QuantActivations kDefaultQuantActivations = QuantActivations::k
 const char* quant_activations_name(QuantActivations a);  // "float32", "int8"
 // The form of that name; ConfigError naming the variable otherwise. Unset or empty: the default.
 QuantActivations parse_quant_activations(const std::string& name);
-// The process's form: LORAKV_QUANT_ACTIVATIONS read on first call, then cached.
+// The process's form: LORAKV_QUANT_ACTIVATIONS read on first call (ConfigError on an
+// unknown value, retried next call), then cached. set_quant_activations replaces it, for
+// tests and benchmarks that compare both forms in one process.
 QuantActivations selected_quant_activations();
+void set_quant_activations(QuantActivations activations);
 
 class QuantMatrix {
  public:
