@@ -3,7 +3,9 @@
 // every path's copy has internal linkage). Beyond the float ops add_min_terms uses, V has:
 //   Q4Pair, q4_pair(32 code bytes):  a pair of kQ4 blocks (pair order) read and split once;
 //   Q8Pair, q8_pair(64 code bytes):  a pair of kQ8 blocks read once;
-//   dot_pair(pair, x codes [64], s0, s1, acc): acc + s0 · Σ_j q0j·x0j + s1 · Σ_j q1j·x1j over
+//   Scales, pair_scales(two floats): a pair's two scales [s0, s1] laid out as its dot's lanes;
+//   scale_product(a, b): lane-wise a · b (the weight's d times the activations' d_x);
+//   dot_pair(pair, x codes [64], scales, acc): acc + s0 · Σ_j q0j·x0j + s1 · Σ_j q1j·x1j over
 //     the pair's two blocks, each sum exact in int32, converted to float and scaled once.
 // A last unpaired block (odd blocks per row) goes through tail_dot here, in every path.
 //
@@ -92,12 +94,13 @@ struct QuantDotGemv {
     }
   }
 
-  // acc[t] = dot_pair over x rows t of one weight pair, read once.
+  // acc[t] = dot_pair over x rows t of one weight pair, read once; w_scales: the pair's d,
+  // x_scales[t]: x row t's d_x for the pair's blocks.
   template <int MT, class Pair>
-  static void pair_into(const Pair& p, const int8_t* const* x, const float* const* dx, int64_t b, float d0, float d1,
-                        R* acc) {
+  static void pair_into(const Pair& p, const int8_t* const* x, int64_t b, const typename V::Scales& w_scales,
+                        const typename V::Scales* x_scales, R* acc) {
     for (int t = 0; t < MT; ++t) {
-      acc[t] = V::dot_pair(p, x[t] + b * kQuantBlock, d0 * dx[t][b], d1 * dx[t][b + 1], acc[t]);
+      acc[t] = V::dot_pair(p, x[t] + b * kQuantBlock, V::scale_product(w_scales, x_scales[t]), acc[t]);
     }
   }
 
@@ -127,14 +130,16 @@ struct QuantDotGemv {
         for (int64_t b = 0; b < n; ++b) d[rr][b] = V::half(w.scales[(r0 + rr) * nb + b0 + b]);
       }
       for (int64_t b = b0; b < b0 + n; b += 2) {
+        typename V::Scales x_scales[MT];  // read once per pair for all weight rows
+        for (int t = 0; t < MT; ++t) x_scales[t] = V::pair_scales(dx[t] + b);
         for (int rr = 0; rr < RT; ++rr) {
           const uint8_t* c = codes[rr] + b * block_bytes;
           __builtin_prefetch(c + kPrefetchBytes);
+          const typename V::Scales w_scales = V::pair_scales(&d[rr][b - b0]);
           if constexpr (kQ8) {
-            pair_into<MT>(V::q8_pair(reinterpret_cast<const int8_t*>(c)), x, dx, b, d[rr][b - b0], d[rr][b + 1 - b0],
-                          acc[rr]);
+            pair_into<MT>(V::q8_pair(reinterpret_cast<const int8_t*>(c)), x, b, w_scales, x_scales, acc[rr]);
           } else {
-            pair_into<MT>(V::q4_pair(c), x, dx, b, d[rr][b - b0], d[rr][b + 1 - b0], acc[rr]);
+            pair_into<MT>(V::q4_pair(c), x, b, w_scales, x_scales, acc[rr]);
           }
         }
       }

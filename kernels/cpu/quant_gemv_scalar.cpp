@@ -127,22 +127,27 @@ struct Vec {
     return p;
   }
   static Q8Pair q8_pair(const int8_t* c) { return {c}; }
-  static R dot_pair(const Q4Pair& p, const int8_t* x, float s0, float s1, R acc) {
+  struct Scales {
+    float s[2];
+  };
+  static Scales pair_scales(const float* two) { return {{two[0], two[1]}}; }
+  static Scales scale_product(const Scales& a, const Scales& b) { return {{a.s[0] * b.s[0], a.s[1] * b.s[1]}}; }
+  static R dot_pair(const Q4Pair& p, const int8_t* x, const Scales& s, R acc) {
     int32_t sum[2] = {0, 0};
     for (int h = 0; h < 2; ++h) {
       for (int j = 0; j < 32; ++j) sum[h] += p.q[h][j] * x[32 * h + j];
     }
-    return scaled(sum, s0, s1, acc);
+    return scaled(sum, s, acc);
   }
-  static R dot_pair(const Q8Pair& p, const int8_t* x, float s0, float s1, R acc) {
+  static R dot_pair(const Q8Pair& p, const int8_t* x, const Scales& s, R acc) {
     int32_t sum[2] = {0, 0};
     for (int h = 0; h < 2; ++h) {
       for (int j = 0; j < 32; ++j) sum[h] += p.q[32 * h + j] * x[32 * h + j];
     }
-    return scaled(sum, s0, s1, acc);
+    return scaled(sum, s, acc);
   }
-  static R scaled(const int32_t* sum, float s0, float s1, R acc) {
-    return acc + static_cast<float>(sum[0]) * s0 + static_cast<float>(sum[1]) * s1;
+  static R scaled(const int32_t* sum, const Scales& s, R acc) {
+    return acc + static_cast<float>(sum[0]) * s.s[0] + static_cast<float>(sum[1]) * s.s[1];
   }
 };
 

@@ -83,13 +83,21 @@ struct Avx2Vec {
     }
     return p;
   }
-  static R dot_pair(const Q4Pair& p, const int8_t* x, float s0, float s1, R acc) {
-    acc = scaled(dot(p.u[0], load_codes(x)), s0, acc);
-    return scaled(dot(p.u[1], load_codes(x + 32)), s1, acc);
+  // A pair's scales: one register per block, all lanes alike.
+  struct Scales {
+    __m256 s[2];
+  };
+  static Scales pair_scales(const float* two) { return {{_mm256_broadcast_ss(two), _mm256_broadcast_ss(two + 1)}}; }
+  static Scales scale_product(const Scales& a, const Scales& b) {
+    return {{_mm256_mul_ps(a.s[0], b.s[0]), _mm256_mul_ps(a.s[1], b.s[1])}};
   }
-  static R dot_pair(const Q8Pair& p, const int8_t* x, float s0, float s1, R acc) {
-    acc = scaled(dot(p.u[0], _mm256_sign_epi8(load_codes(x), p.w[0])), s0, acc);
-    return scaled(dot(p.u[1], _mm256_sign_epi8(load_codes(x + 32), p.w[1])), s1, acc);
+  static R dot_pair(const Q4Pair& p, const int8_t* x, const Scales& s, R acc) {
+    acc = scaled(dot(p.u[0], load_codes(x)), s.s[0], acc);
+    return scaled(dot(p.u[1], load_codes(x + 32)), s.s[1], acc);
+  }
+  static R dot_pair(const Q8Pair& p, const int8_t* x, const Scales& s, R acc) {
+    acc = scaled(dot(p.u[0], _mm256_sign_epi8(load_codes(x), p.w[0])), s.s[0], acc);
+    return scaled(dot(p.u[1], _mm256_sign_epi8(load_codes(x + 32), p.w[1])), s.s[1], acc);
   }
   static __m256i load_codes(const int8_t* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); }
   // Eight int32 lanes, each the sum of four u8 · s8 products.
@@ -100,7 +108,7 @@ struct Avx2Vec {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
   }
-  static R scaled(__m256i sums, float s, R acc) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(s), acc); }
+  static R scaled(__m256i sums, R s, R acc) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), s, acc); }
 };
 
 }  // namespace

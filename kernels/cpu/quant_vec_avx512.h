@@ -71,12 +71,21 @@ struct Avx512Vec {
     const __m512i w = _mm512_loadu_si512(c);
     return {_mm512_abs_epi8(w), _mm512_movepi8_mask(w)};
   }
-  static R dot_pair(const Q4Pair& p, const int8_t* x, float s0, float s1, R acc) {
-    return scaled(dot(p.u, _mm512_loadu_si512(x)), s0, s1, acc);
+  // A pair's scales as its dot's lanes: s0 in lanes 0-7, s1 in lanes 8-15.
+  using Scales = __m512;
+  static Scales pair_scales(const float* two) {
+    const __m128 both = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(two)));  // [s0, s1, 0, 0]
+    return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                 _mm512_castps128_ps512(both));
   }
-  static R dot_pair(const Q8Pair& p, const int8_t* x, float s0, float s1, R acc) {
+  static Scales scale_product(Scales a, Scales b) { return _mm512_mul_ps(a, b); }
+  static R dot_pair(const Q4Pair& p, const int8_t* x, Scales s, R acc) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot(p.u, _mm512_loadu_si512(x))), s, acc);
+  }
+  static R dot_pair(const Q8Pair& p, const int8_t* x, Scales s, R acc) {
     const __m512i xv = _mm512_loadu_si512(x);
-    return scaled(dot(p.u, _mm512_mask_sub_epi8(xv, p.negative, _mm512_setzero_si512(), xv)), s0, s1, acc);
+    const __m512i signed_x = _mm512_mask_sub_epi8(xv, p.negative, _mm512_setzero_si512(), xv);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot(p.u, signed_x)), s, acc);
   }
   // Sixteen int32 lanes, each the sum of four u8 · s8 products.
   static __m512i dot(__m512i u, __m512i s) {
@@ -85,10 +94,6 @@ struct Avx512Vec {
 #else
     return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
 #endif
-  }
-  static R scaled(__m512i sums, float s0, float s1, R acc) {
-    const R s = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), s, acc);
   }
 };
 
