@@ -25,8 +25,8 @@ template <class V>
 struct QuantDotGemv {
   using R = typename V::R;
   static constexpr int kMaxXTile = 8;
-  // Codes prefetched this far ahead (as the float kernel, quant_gemv_impl.h).
-  static constexpr int64_t kPrefetchBytes = 1024;
+  // Codes prefetched as far ahead as the float kernel's (quant_gemv_impl.h says why).
+  static constexpr int64_t kPrefetchBytes = QuantGemv<V>::kPrefetchBytes;
   // Blocks whose weight scales are converted to float at once; even, so no pair straddles.
   static constexpr int64_t kScaleChunk = 32;
 
