@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ const DotForm kForms[] = {
     {"avx512", cpu::avx512::quant_dot_gemv, features::VectorPath::kAvx512, false},
     {"avx512vnni", cpu::avx512vnni::quant_dot_gemv, features::VectorPath::kAvx512, true},
 };
+
+// Test names and CTest's listing show the form's name, not its bytes.
+void PrintTo(const DotForm& f, std::ostream* out) { *out << f.name; }
 
 // "" when this CPU runs `f`, else what it lacks.
 std::string missing_for(const DotForm& f) {
