@@ -83,19 +83,24 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 rows = list(csv.DictReader(open(sys.argv[1])))
-panels = list(dict.fromkeys((r["shape"], r["m"]) for r in rows))
+shapes = list(dict.fromkeys(r["shape"] for r in rows))
+ms = list(dict.fromkeys(r["m"] for r in rows))
 variants = list(dict.fromkeys(r["variant"] for r in rows))
 stream = float(sys.argv[4])
-fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 4.8), sharey=True)
-for ax, (shape, m) in zip(axes, panels):
-    rs = [r for r in rows if r["shape"] == shape and r["m"] == m]
-    ax.bar(range(len(rs)), [float(r["gbps"]) for r in rs], color=["C%d" % (variants.index(r["variant"]) % 10) for r in rs])
-    ax.axhline(stream, color="k", linestyle="--", linewidth=0.8)
-    ax.set_xticks(range(len(rs)))
-    ax.set_xticklabels([r["variant"] for r in rs], rotation=70, ha="right", fontsize=6)
-    ax.set_title("%s M=%s" % (shape, m), fontsize=8)
-axes[0].set_ylabel("GB/s of weights read (dashed: streaming read)")
-fig.suptitle(sys.argv[3], fontsize=8)
+fig, axes = plt.subplots(len(shapes), len(ms), figsize=(3.4 * len(ms), 2.9 * len(shapes)), squeeze=False)
+for i, shape in enumerate(shapes):
+    for j, m in enumerate(ms):
+        ax = axes[i][j]
+        rs = [r for r in rows if r["shape"] == shape and r["m"] == m]
+        ax.bar(range(len(rs)), [float(r["gbps"]) for r in rs],
+               color=["C%d" % (variants.index(r["variant"]) % 10) for r in rs])
+        ax.axhline(stream, color="k", linestyle="--", linewidth=0.8)
+        ax.set_xticks(range(len(rs)))
+        ax.set_xticklabels([r["variant"] for r in rs], rotation=70, ha="right", fontsize=6)
+        ax.set_title("%s (%s x %s), M=%s" % (shape, rs[0]["rows"], rs[0]["cols"], m), fontsize=8)
+        if j == 0:
+            ax.set_ylabel("GB/s of weights read", fontsize=7)
+fig.suptitle(sys.argv[3] + "; dashed: streaming read %.1f GB/s" % stream, fontsize=9)
 fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=110)
 )PY";
@@ -241,7 +246,12 @@ int main(int argc, char** argv) {
       std::ofstream(script) << kPlotScript;
       const std::string title = cpu::cpu_model_name() + ", " + std::to_string(at::get_num_threads()) +
                                 " threads, cpu, float32 or int8 activations";
-      const int rc = lorakv::run_process({o.python, script, o.csv, o.png, title, std::to_string(stream)}).exit_code;
+      int rc = -1;
+      try {
+        rc = lorakv::run_process({o.python, script, o.csv, o.png, title, std::to_string(stream)}).exit_code;
+      } catch (const std::exception& e) {  // no such Python: the CSV stands alone
+        std::printf("%s\n", e.what());
+      }
       std::printf(rc == 0 ? "png: %s\n" : "no PNG (%s): the plot failed; does --python have matplotlib?\n", o.png.c_str());
       std::remove(script.c_str());
     }
