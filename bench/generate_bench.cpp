@@ -1,6 +1,6 @@
 // bench/generate_bench.cpp: CPU prefill and decode throughput of lorakv's forward pass, for
 // each way it keeps the weights (native 4/8-bit blocks, bfloat16, float32), next to
-// llama.cpp (llama-cpp-python built for this CPU, its generation API) and transformers
+// llama.cpp (llama-cpp-python built for this CPU, timed around its eval loop) and transformers
 // (float32) on the same GGUF file, prompt ids and thread count, in one run. The reference
 // sides stay loaded in their own processes (bench/generate_side.py) and every repetition
 // runs each side once, in an order rotated per repetition, so drift in the machine's load
@@ -20,9 +20,11 @@
 //
 // usage: generate_bench --model FILE [--python PY] [--llama-python PY] [--threads N]
 //          [--prompt-tokens 512] [--decode-tokens 32] [--batch 8] [--reps 5]
-//          [--sides lorakv_native,lorakv_native_bf16,lorakv_bfloat16,lorakv_float32,llama_cpp,transformers]
-// (lorakv_native_bf16: native weights with bfloat16 activations; the other lorakv sides
-// compute in float32)
+//          [--sides lorakv_native,lorakv_native_int8,lorakv_native_bf16,lorakv_bfloat16,lorakv_float32,llama_cpp,transformers]
+// (lorakv_native_bf16: native weights with bfloat16 activations; lorakv_native_int8: native
+// weights, the decode GEMV with int8 activations and integer dot products (kernels/
+// quant_matrix.h; prefill's GEMM is float32 as in lorakv_native); lorakv_native: the same
+// with float32 activations throughout; the other lorakv sides compute in float32)
 //          [--adapters-dir DIR] [--csv FILE] [--png FILE]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -50,6 +52,7 @@
 #include "lorakv/common/errors.h"
 #include "lorakv/common/logging.h"
 #include "lorakv/common/subprocess.h"
+#include "lorakv/kernels/quant_matrix.h"
 #include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/loaded_model.h"
@@ -64,7 +67,8 @@ struct Options {
   std::string model;
   std::string python;        // the test environment's Python (transformers, peft)
   std::string llama_python;  // the benchmark environment's Python (llama.cpp built for this CPU)
-  std::string sides = "lorakv_native,lorakv_native_bf16,lorakv_bfloat16,lorakv_float32,llama_cpp,transformers";
+  std::string sides =
+      "lorakv_native,lorakv_native_int8,lorakv_native_bf16,lorakv_bfloat16,lorakv_float32,llama_cpp,transformers";
   std::string adapters_dir = LORAKV_BENCH_RESULTS_DIR "/generate_adapters";
   std::string csv = LORAKV_BENCH_RESULTS_DIR "/generate_cpu.csv";
   std::string png;  // default: the CSV's name with .png
@@ -150,6 +154,7 @@ struct Side {
 // lorakv in this process, weights kept as `form`.
 struct LorakvSide {
   std::unique_ptr<LlamaModel> model;
+  lorakv::kernels::QuantActivations gemv = lorakv::kernels::QuantActivations::kFloat32;  // set before each run
   std::vector<std::shared_ptr<const lorakv::adapters::Adapter>> adapters;
 };
 
@@ -306,17 +311,20 @@ int run(const Options& o) {
   // lorakv sides, one model per weight form.
   std::map<std::string, LorakvSide> lorakv;
   std::vector<std::vector<int32_t>> prompts;
+  using lorakv::kernels::QuantActivations;
   struct Form {
     const char* name;
     WeightForm form;
     at::ScalarType activations;
+    QuantActivations gemv;  // the quantised GEMV's activations (native weights)
   };
-  const Form forms[] = {{"lorakv_native", WeightForm::kNative, at::kFloat},
-                        {"lorakv_native_bf16", WeightForm::kNative, at::kBFloat16},
-                        {"lorakv_bfloat16", WeightForm::kBFloat16, at::kFloat},
-                        {"lorakv_float32", WeightForm::kFloat32, at::kFloat}};
+  const Form forms[] = {{"lorakv_native", WeightForm::kNative, at::kFloat, QuantActivations::kFloat32},
+                        {"lorakv_native_int8", WeightForm::kNative, at::kFloat, QuantActivations::kInt8},
+                        {"lorakv_native_bf16", WeightForm::kNative, at::kBFloat16, QuantActivations::kFloat32},
+                        {"lorakv_bfloat16", WeightForm::kBFloat16, at::kFloat, QuantActivations::kFloat32},
+                        {"lorakv_float32", WeightForm::kFloat32, at::kFloat, QuantActivations::kFloat32}};
   double params = 0;
-  for (const auto& [name, form, activations] : forms) {
+  for (const auto& [name, form, activations, gemv] : forms) {
     if (!wanted(o, name)) continue;
     lorakv::runtime::LoadedModel loaded = lorakv::runtime::load_model(o.model, activations, form);
     if (prompts.empty()) prompts = make_prompts(*loaded.tokenizer, o.prompt_tokens, o.batch);
@@ -326,6 +334,7 @@ int run(const Options& o) {
                                      c.num_heads * c.head_dim * c.hidden_dim + 3 * c.hidden_dim * c.intermediate_dim) +
              static_cast<double>(c.vocab_size * c.hidden_dim);
     lorakv[name].model = std::move(loaded.model);
+    lorakv[name].gemv = gemv;
   }
   if (prompts.empty()) throw lorakv::ConfigError("no lorakv side selected", {"", "--sides", "at least one lorakv_* side", o.sides, ""});
   const LlamaModel& any_model = *lorakv.begin()->second.model;
@@ -352,15 +361,23 @@ int run(const Options& o) {
   for (auto& [name, ls] : lorakv) {
     const LlamaModel* model = ls.model.get();
     const auto* adapters = &ls.adapters;
+    const QuantActivations gemv = ls.gemv;
     Side s;
     s.name = name;
     s.description = "lorakv, weights " + std::string(lorakv::runtime::weight_form_name(model->weights().form)) + " (" +
                     model->weights().layers[0].qkv.form_name() + " projections, " +
                     model->weights().embed_tokens.form_name() + " output head), " +
-                    (model->dtype() == at::kFloat ? "float32" : "bfloat16") + " activations";
+                    (model->dtype() == at::kFloat ? "float32" : "bfloat16") + " activations" +
+                    (gemv == QuantActivations::kInt8 ? ", the decode GEMV on int8 activations (integer dot products" +
+                                                           std::string(lorakv::cpu::has_vnni(lorakv::cpu::detected_cpu_features(),
+                                                                                             lorakv::cpu::selected_vector_path())
+                                                                           ? ", VNNI)"
+                                                                           : ")")
+                                                     : "");
     s.bytes_per_token = static_cast<double>(model->weights().num_bytes);
     s.params = params;
-    s.prefill = [model, &prompts] {
+    s.prefill = [model, gemv, &prompts] {
+      lorakv::kernels::set_quant_activations(gemv);
       lorakv::runtime::EngineOptions eo;
       eo.kv_pool_bytes = lorakv::runtime::Engine::base_row_bytes(*model) * (static_cast<int64_t>(prompts[0].size()) + 64);
       eo.prefill_chunk = 4096;  // the whole prompt in one step, as the other sides run it
@@ -372,7 +389,8 @@ int run(const Options& o) {
       (void)lorakv::runtime::prefill(engine, {ctx, 0}).argmax().item<int64_t>();
       return seconds_since(t0);
     };
-    s.decode = [model, adapters, &prompts](int batch, int steps, bool with_adapters) {
+    s.decode = [model, adapters, gemv, &prompts](int batch, int steps, bool with_adapters) {
+      lorakv::kernels::set_quant_activations(gemv);
       return lorakv_decode(*model, prompts, batch, steps, with_adapters ? adapters : nullptr);
     };
     s.adapters = have_adapters;
@@ -490,6 +508,16 @@ int run(const Options& o) {
       if (!same_metric || ref.side.rfind("lorakv", 0) == 0) continue;
       std::printf("  %-16s %-16s / %-12s %-10s = %.2fx\n", r.metric.c_str(), r.side.c_str(), ref.side.c_str(),
                   ref.metric.c_str(), r.median / ref.median);
+    }
+  }
+  // The integer GEMV against the float32 one, same weights, same run.
+  for (const Row& r : rows) {
+    if (r.side != "lorakv_native_int8") continue;
+    for (const Row& ref : rows) {
+      if (ref.side == "lorakv_native" && ref.metric == r.metric) {
+        std::printf("  %-16s %-16s / %-16s = %.2fx\n", r.metric.c_str(), r.side.c_str(), ref.side.c_str(),
+                    r.median / ref.median);
+      }
     }
   }
   for (const auto& [name, ids] : b1_ids) {

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """One reference side of bench/generate_bench.cpp, kept running between measurements so the
-driver can alternate sides per repetition: llama.cpp (llama-cpp-python, its generation API)
+driver can alternate sides per repetition: llama.cpp (llama-cpp-python, its eval loop)
 or transformers (the GGUF dequantised to float32), on the same model file and prompt ids.
 
 Protocol (one request per stdin line, one reply per stdout line):
   prefill             -> "<seconds>"  one forward over the first prompt, fresh cache
   decode <B> <steps>  -> "<seconds> <ids of sequence 0>"  the first B prompts prefilled
-                         (untimed), then <steps> greedy one-token steps each, timed.
+                         (untimed), then <steps> greedy one-token steps each, timed
+                         (llama.cpp: around its eval loop, not a Python generator).
                          transformers runs the B sequences as one batch; llama.cpp one
                          after another (its high-level API decodes one sequence), so its
                          time is the sum over sequences.
@@ -53,17 +54,21 @@ class LlamaCppSide:
         return time.perf_counter() - start
 
     def decode(self, batch: int, steps: int):
-        """Greedy through the generation API (Llama.generate, temp 0): its first token
-        comes with the prompt's evaluation (untimed), then `steps` tokens are timed."""
+        """Greedy around llama.cpp's own eval loop (Llama.eval, one llama_decode per token,
+        and its greedy sampler): the prompt's evaluation and first token untimed, then
+        `steps` one-token evals and samples timed."""
         total, first = 0.0, []
         for b in range(batch):
-            gen = self.llm.generate(self.prompts[b], temp=0.0, top_k=1, repeat_penalty=1.0, reset=True)
-            ids = [next(gen)]
+            self.llm.reset()
+            self.llm.eval(self.prompts[b])
+            token = self.llm.sample(temp=0.0, top_k=1, repeat_penalty=1.0)
+            ids = [token]
             start = time.perf_counter()
             for _ in range(steps):
-                ids.append(next(gen))
+                self.llm.eval([token])
+                token = self.llm.sample(temp=0.0, top_k=1, repeat_penalty=1.0)
+                ids.append(token)
             total += time.perf_counter() - start
-            gen.close()
             if b == 0:
                 first = ids
         return total, first

@@ -1,15 +1,21 @@
 // bench/quant_matmul_bench.cpp: one projection y = x · W^T with the weight kept in 4- or
 // 8-bit blocks (kernels/QuantMatrix) against dense float32 and bfloat16 at::linear, for the
-// SmolLM2 shapes, M = 1 and 8 rows, on every vector path this CPU has, and against ATen's
-// CPU int4 weight-only matmul (_weight_int4pack_mm_for_cpu, group 32) on the same q4 blocks. Many matrices of a
-// shape are cycled (more bytes than the last-level cache) so every call reads memory.
-// Reports µs per call, GB/s of weights read, share of the measured streaming bandwidth,
-// and GFLOP/s; alternates the variants per repetition (bench_common.h). CSV to --csv.
+// SmolLM2 shapes, M = 1, 8 and 16 rows, on every vector path this CPU has, with float32
+// activations (<format>_<path>) and with int8 activations and integer dot products
+// (<format>_int8_<path>, "vnni" appended where the path has the fused form; the activations'
+// quantisation is timed with it), and against ATen's CPU int4 weight-only matmul
+// (_weight_int4pack_mm_for_cpu, group 32) on the same q4 blocks. Many matrices of a shape are
+// cycled (more bytes than the last-level cache) so every call reads memory. Reports µs per
+// call, GB/s of weights read, share of the measured streaming bandwidth, and GFLOP/s;
+// alternates the variants per repetition (bench_common.h); prints the int8 / float32 speed
+// ratio per path. CSV to --csv; with --python (matplotlib), a PNG of GB/s against the
+// streaming bandwidth beside it (--png).
 //
 // --resident uses one matrix per shape instead, so weights stay in cache: the kernels'
-// compute limit, apart from memory.
+// compute limit, apart from memory. --quick: one short repetition (proves the binary runs).
 //
-// usage: lorakv_quant_matmul_bench [--reps 5] [--seconds 2] [--threads N] [--resident] [--csv FILE]
+// usage: lorakv_quant_matmul_bench [--reps 5] [--seconds 2] [--threads N] [--resident] [--quick]
+//          [--csv FILE] [--python PY] [--png FILE]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -22,6 +28,7 @@
 
 #include "bench_common.h"
 #include "lorakv/common/cpu_features.h"
+#include "lorakv/common/subprocess.h"
 #include "lorakv/kernels/quant_matrix.h"
 
 namespace {
@@ -44,6 +51,8 @@ struct Options {
   int threads = 0;
   bool resident = false;  // one matrix per shape: weights come from cache (the compute limit)
   std::string csv = LORAKV_BENCH_RESULTS_DIR "/quant_matmul.csv";
+  std::string python;  // with matplotlib, for the PNG
+  std::string png;     // default: the CSV's name with .png
 };
 
 Options parse(int argc, char** argv) {
@@ -59,10 +68,42 @@ Options parse(int argc, char** argv) {
     else if (a == "--threads") o.threads = std::stoi(next());
     else if (a == "--csv") o.csv = next();
     else if (a == "--resident") o.resident = true;
+    else if (a == "--quick") o.reps = 1, o.seconds = 0.01;
+    else if (a == "--python") o.python = next();
+    else if (a == "--png") o.png = next();
     else throw std::runtime_error("unknown option " + a + " (usage at the top of bench/quant_matmul_bench.cpp)");
   }
+  if (o.png.empty()) o.png = o.csv.substr(0, o.csv.rfind('.')) + ".png";
   return o;
 }
+
+// GB/s per variant, one panel per shape and M, the streaming bandwidth as a line.
+const char* kPlotScript = R"PY(import csv, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+rows = list(csv.DictReader(open(sys.argv[1])))
+shapes = list(dict.fromkeys(r["shape"] for r in rows))
+ms = list(dict.fromkeys(r["m"] for r in rows))
+variants = list(dict.fromkeys(r["variant"] for r in rows))
+stream = float(sys.argv[4])
+fig, axes = plt.subplots(len(shapes), len(ms), figsize=(3.4 * len(ms), 2.9 * len(shapes)), squeeze=False)
+for i, shape in enumerate(shapes):
+    for j, m in enumerate(ms):
+        ax = axes[i][j]
+        rs = [r for r in rows if r["shape"] == shape and r["m"] == m]
+        ax.bar(range(len(rs)), [float(r["gbps"]) for r in rs],
+               color=["C%d" % (variants.index(r["variant"]) % 10) for r in rs])
+        ax.axhline(stream, color="k", linestyle="--", linewidth=0.8)
+        ax.set_xticks(range(len(rs)))
+        ax.set_xticklabels([r["variant"] for r in rs], rotation=70, ha="right", fontsize=6)
+        ax.set_title("%s (%s x %s), M=%s" % (shape, rs[0]["rows"], rs[0]["cols"], m), fontsize=8)
+        if j == 0:
+            ax.set_ylabel("GB/s of weights read", fontsize=7)
+fig.suptitle(sys.argv[3] + "; dashed: streaming read %.1f GB/s" % stream, fontsize=9)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)
+)PY";
 
 // `count` random matrices of one shape in every form, cycled by the variants.
 struct Matrices {
@@ -80,12 +121,9 @@ at::Tensor q4_codes(const kernels::QuantMatrix& q) {
   at::Tensor out = at::empty({v.rows, v.cols}, at::kInt);
   int32_t* o = out.data_ptr<int32_t>();
   for (int64_t r = 0; r < v.rows; ++r) {
+    const uint8_t* row = v.codes + r * v.code_bytes_per_row();
     for (int64_t b = 0; b < v.blocks_per_row(); ++b) {
-      const uint8_t* c = v.codes + r * v.code_bytes_per_row() + b * 16;
-      for (int j = 0; j < 16; ++j) {
-        o[r * v.cols + b * 32 + j] = c[j] & 0x0f;
-        o[r * v.cols + b * 32 + 16 + j] = c[j] >> 4;
-      }
+      for (int j = 0; j < 32; ++j) o[r * v.cols + b * 32 + j] = kernels::q4_code(v, row, b, j);
     }
   }
   return out;
@@ -101,6 +139,12 @@ void add_aten_int4(Matrices& m, const kernels::QuantMatrix& q) {
   m.int4_packed.push_back(at::_convert_weight_to_int4pack_for_cpu(q4_codes(q), 2));
   m.int4_sz_f32.push_back(sz);
   m.int4_sz_bf16.push_back(sz.to(at::kBFloat16));
+}
+
+// "q4_int8_avx512vnni": the integer kernel linear() runs on `path` here.
+std::string int8_variant(kernels::QuantFormat format, cpu::VectorPath path) {
+  return std::string(kernels::quant_format_name(format)) + "_int8_" + cpu::vector_path_name(path) +
+         (cpu::has_vnni(cpu::detected_cpu_features(), path) ? "vnni" : "");
 }
 
 Matrices make_matrices(const Shape& s, kernels::QuantFormat format, int64_t count) {
@@ -138,7 +182,7 @@ int main(int argc, char** argv) {
       const int64_t count =
           o.resident ? 1 : std::max<int64_t>(2, std::min<int64_t>(64, 4 * llc / f32_bytes + 1));
       const Matrices mats = make_matrices(s, format, count);
-      for (int64_t m : {1, 8}) {
+      for (int64_t m : {1, 8, 16}) {
         const at::Tensor x = at::randn({m, s.cols});
         const at::Tensor xb = x.to(at::kBFloat16);
         std::vector<Variant> vs;
@@ -157,6 +201,8 @@ int main(int argc, char** argv) {
           if (p == cpu::VectorPath::kScalar && s.rows > 4096) continue;  // minutes per call set
           add(std::string(kernels::quant_format_name(format)) + "_" + cpu::vector_path_name(p),
               double(mats.quant[0].nbytes()), [&, p](int64_t i) { (void)mats.quant[i].linear(x, p); });
+          add(int8_variant(format, p), double(mats.quant[0].nbytes()),
+              [&, p](int64_t i) { (void)mats.quant[i].linear(x, p, kernels::QuantActivations::kInt8); });
         }
         if (format == kernels::QuantFormat::kQ4) {
           const double bytes = double(mats.quant[0].nbytes());
@@ -178,9 +224,37 @@ int main(int argc, char** argv) {
               << ',' << s.cols << ',' << m << ',' << v.name << ',' << t * 1e6 << ',' << lo * 1e6 << ',' << hi * 1e6
               << ',' << v.bytes << ',' << gbps << ',' << gbps / stream << ',' << v.flops / t / 1e9 << '\n';
         }
+        // int8 against float32 activations per path, as ratios of medians measured in this run.
+        for (const Variant& fv : vs) {
+          for (const Variant& iv : vs) {
+            for (cpu::VectorPath p : cpu::supported_vector_paths(cpu_features)) {
+              if (fv.name != std::string(kernels::quant_format_name(format)) + "_" + cpu::vector_path_name(p) ||
+                  iv.name != int8_variant(format, p)) {
+                continue;
+              }
+              std::printf("%-8s M=%lld %s is %.2fx the speed of %s\n", s.name, static_cast<long long>(m),
+                          iv.name.c_str(), median(fv.per_call) / median(iv.per_call), fv.name.c_str());
+            }
+          }
+        }
       }
     }
+    csv.close();
     std::printf("csv: %s\n", o.csv.c_str());
+    if (!o.python.empty()) {
+      const std::string script = o.csv + ".plot.py";
+      std::ofstream(script) << kPlotScript;
+      const std::string title = cpu::cpu_model_name() + ", " + std::to_string(at::get_num_threads()) +
+                                " threads, cpu, float32 or int8 activations";
+      int rc = -1;
+      try {
+        rc = lorakv::run_process({o.python, script, o.csv, o.png, title, std::to_string(stream)}).exit_code;
+      } catch (const std::exception& e) {  // no such Python: the CSV stands alone
+        std::printf("%s\n", e.what());
+      }
+      std::printf(rc == 0 ? "png: %s\n" : "no PNG (%s): the plot failed; does --python have matplotlib?\n", o.png.c_str());
+      std::remove(script.c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lorakv_quant_matmul_bench: %s\n", e.what());

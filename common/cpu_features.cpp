@@ -79,7 +79,10 @@ void read_cpuid(CpuFeatures& f) {
   f.amx_bf16 = bit(edx, 22);
   f.amx_tile = bit(edx, 24);
   f.amx_int8 = bit(edx, 25);
-  if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx512_bf16 = bit(eax, 5);
+  if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+    f.avx_vnni = bit(eax, 4);
+    f.avx512_bf16 = bit(eax, 5);
+  }
 }
 #endif
 
@@ -140,7 +143,7 @@ std::string describe_features(const CpuFeatures& f) {
   std::vector<std::string> present, os;
   const std::pair<bool, const char*> isa[] = {
       {f.avx2, "avx2"},         {f.fma, "fma"},           {f.f16c, "f16c"},         {f.avx512f, "avx512f"},          {f.avx512bw, "avx512bw"},
-      {f.avx512vl, "avx512vl"}, {f.avx512_vnni, "avx512_vnni"}, {f.avx512_bf16, "avx512_bf16"}, {f.amx_tile, "amx_tile"},
+      {f.avx512vl, "avx512vl"}, {f.avx512_vnni, "avx512_vnni"}, {f.avx_vnni, "avx_vnni"}, {f.avx512_bf16, "avx512_bf16"}, {f.amx_tile, "amx_tile"},
       {f.amx_bf16, "amx_bf16"}, {f.amx_int8, "amx_int8"}};
   for (const auto& [have, name] : isa) {
     if (have) present.emplace_back(name);
@@ -153,6 +156,16 @@ std::string describe_features(const CpuFeatures& f) {
 }
 
 bool supports(const CpuFeatures& features, VectorPath path) { return missing_for(features, path).empty(); }
+
+bool has_vnni(const CpuFeatures& features, VectorPath path) {
+  if (!supports(features, path)) return false;
+  switch (path) {
+    case VectorPath::kAvx512: return features.avx512_vnni;
+    case VectorPath::kAvx2: return features.avx_vnni;
+    case VectorPath::kScalar: break;
+  }
+  return false;
+}
 
 std::vector<VectorPath> supported_vector_paths(const CpuFeatures& features) {
   std::vector<VectorPath> paths;

@@ -37,6 +37,7 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512_vnni = false;
+  bool avx_vnni = false;  // vpdpbusd on 256-bit registers, VEX-encoded (CPUs with AVX2 and no AVX-512)
   bool avx512_bf16 = false;
   bool amx_tile = false;
   bool amx_bf16 = false;
@@ -60,6 +61,13 @@ bool supports(const CpuFeatures& features, VectorPath path);
 VectorPath best_vector_path(const CpuFeatures& features);
 // Every path `features` can run, lowest first.
 std::vector<VectorPath> supported_vector_paths(const CpuFeatures& features);
+
+// Whether `path` has the fused integer dot product (vpdpbusd: unsigned x signed bytes, four
+// products summed into each int32 lane) at its width: AVX-512 VNNI on kAvx512, AVX-VNNI on
+// kAvx2, never on kScalar. A property of a path, not a path of its own: LORAKV_CPU_PATH keeps
+// its three values, and the integer GEMV (kernels/quant_matrix.h) takes the fused form on
+// the chosen path wherever the CPU has it, the maddubs + madd pair elsewhere.
+bool has_vnni(const CpuFeatures& features, VectorPath path);
 
 // "scalar", "avx2", "avx512".
 const char* vector_path_name(VectorPath path);

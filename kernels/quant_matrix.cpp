@@ -5,6 +5,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 
 #include "lorakv/common/errors.h"
 #include "lorakv/kernels/cpu/quant_gemv.h"
@@ -36,6 +38,17 @@ cpu::QuantGemvFn gemv_for(features::VectorPath path) {
   return kernels::cpu::scalar::quant_gemv;
 }
 
+// The integer kernel of `path`, in its fused VNNI form where this CPU has it.
+cpu::QuantDotFn dot_gemv_for(features::VectorPath path) {
+  const bool vnni = features::has_vnni(features::detected_cpu_features(), path);
+  switch (path) {
+    case features::VectorPath::kAvx512: return vnni ? cpu::avx512vnni::quant_dot_gemv : cpu::avx512::quant_dot_gemv;
+    case features::VectorPath::kAvx2: return vnni ? cpu::avxvnni::quant_dot_gemv : cpu::avx2::quant_dot_gemv;
+    case features::VectorPath::kScalar: break;
+  }
+  return cpu::scalar::quant_dot_gemv;
+}
+
 // Rows per parallel work item: enough to amortise the fork, at least two items per thread.
 int64_t row_grain(int64_t rows) {
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
@@ -52,7 +65,44 @@ float* panel_scratch(int64_t elements) {
 
 }  // namespace
 
+const char* quant_activations_name(QuantActivations a) { return a == QuantActivations::kInt8 ? "int8" : "float32"; }
+
+QuantActivations parse_quant_activations(const std::string& name) {
+  if (name.empty()) return kDefaultQuantActivations;
+  if (name == "float32") return QuantActivations::kFloat32;
+  if (name == "int8") return QuantActivations::kInt8;
+  throw ConfigError("unknown activation form for the quantised GEMV",
+                    {"", kQuantActivationsVariable, "float32 or int8", "'" + name + "'",
+                     std::string("unset it for the default (") + quant_activations_name(kDefaultQuantActivations) +
+                         ")"});
+}
+
+namespace {
+// The process's QuantActivations, or -1 before LORAKV_QUANT_ACTIVATIONS is read.
+std::atomic<int> process_activations{-1};
+}  // namespace
+
+QuantActivations selected_quant_activations() {
+  const int a = process_activations.load(std::memory_order_relaxed);
+  if (a >= 0) return static_cast<QuantActivations>(a);
+  const char* value = std::getenv(kQuantActivationsVariable);
+  const QuantActivations parsed = parse_quant_activations(value ? value : "");
+  int expected = -1;
+  process_activations.compare_exchange_strong(expected, static_cast<int>(parsed));
+  return static_cast<QuantActivations>(process_activations.load());
+}
+
+void set_quant_activations(QuantActivations activations) { process_activations.store(static_cast<int>(activations)); }
+
 QuantMatrix::QuantMatrix(QuantFormat format, at::Tensor codes, at::Tensor scales, at::Tensor mins)
+    : QuantMatrix(StoredOrder{}, format, std::move(codes), std::move(scales), std::move(mins)) {
+  if (format_ != QuantFormat::kQ4) return;
+  at::Tensor paired = at::empty_like(codes_);  // uint8 [rows, cols / 2], replaces GGUF's order
+  cpu::q4_codes_to_pair_order(codes_.data_ptr<uint8_t>(), rows_, cols_ / kQuantBlock, paired.data_ptr<uint8_t>());
+  codes_ = std::move(paired);
+}
+
+QuantMatrix::QuantMatrix(StoredOrder, QuantFormat format, at::Tensor codes, at::Tensor scales, at::Tensor mins)
     : format_(format), codes_(std::move(codes)), scales_(std::move(scales)), mins_(std::move(mins)) {
   LORAKV_CHECK(codes_.defined() && codes_.dim() == 2, InvalidArgumentError, "QuantMatrix: codes must be 2-D");
   rows_ = codes_.size(0);
@@ -135,7 +185,7 @@ at::Tensor QuantMatrix::dequantize_rows(const at::Tensor& ids) const {
 }
 
 QuantMatrix QuantMatrix::select_rows(const at::Tensor& order) const {
-  return QuantMatrix(format_, codes_.index_select(0, order), scales_.index_select(0, order),
+  return QuantMatrix(StoredOrder{}, format_, codes_.index_select(0, order), scales_.index_select(0, order),
                      mins_.defined() ? mins_.index_select(0, order) : at::Tensor());
 }
 
@@ -151,13 +201,15 @@ QuantMatrix QuantMatrix::stack_rows(const std::vector<const QuantMatrix*>& parts
     scales.push_back(p->scales_);
     if (p->mins_.defined()) mins.push_back(p->mins_);
   }
-  return QuantMatrix(parts[0]->format_, at::cat(codes, 0), at::cat(scales, 0),
+  return QuantMatrix(StoredOrder{}, parts[0]->format_, at::cat(codes, 0), at::cat(scales, 0),
                      mins.empty() ? at::Tensor() : at::cat(mins, 0));
 }
 
-at::Tensor QuantMatrix::linear(const at::Tensor& x) const { return linear(x, features::selected_vector_path()); }
+at::Tensor QuantMatrix::linear(const at::Tensor& x) const {
+  return linear(x, features::selected_vector_path(), selected_quant_activations());
+}
 
-at::Tensor QuantMatrix::linear(const at::Tensor& x, features::VectorPath path) const {
+at::Tensor QuantMatrix::linear(const at::Tensor& x, features::VectorPath path, QuantActivations activations) const {
   LORAKV_CHECK(defined(), InvalidArgumentError, "QuantMatrix::linear: empty matrix");
   LORAKV_CHECK(x.defined() && x.dim() == 2 && x.size(1) == cols_ && x.device().is_cpu() &&
                    (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16),
@@ -167,7 +219,25 @@ at::Tensor QuantMatrix::linear(const at::Tensor& x, features::VectorPath path) c
                    << (x.defined() ? x.sizes() : at::IntArrayRef{}));
   LORAKV_CHECK(features::supports(features::detected_cpu_features(), path), InvalidArgumentError,
                "QuantMatrix::linear: this CPU cannot run the " << features::vector_path_name(path) << " path");
-  return x.size(0) <= kDirectMaxRows ? linear_direct(x, path) : linear_panels(x);
+  if (x.size(0) > kDirectMaxRows) return linear_panels(x);
+  const bool int8 = activations == QuantActivations::kInt8 && x.scalar_type() == at::kFloat;
+  return int8 ? linear_int8(x, path) : linear_direct(x, path);
+}
+
+at::Tensor QuantMatrix::linear_int8(const at::Tensor& x, features::VectorPath path) const {
+  const int64_t m = x.size(0), nb = cols_ / kQuantBlock;
+  const at::Tensor xf = x.stride(1) == 1 ? x : x.contiguous();  // float32 [M, cols]
+  at::Tensor codes = at::empty({m, cols_}, at::kChar);            // int8 [M, cols]
+  at::Tensor stats = at::empty({2, m, nb}, at::kFloat);           // float32: scales, then sums [M, nb]
+  float* scales = stats.data_ptr<float>();
+  cpu::quantize_activations(xf.data_ptr<float>(), m, xf.stride(0), cols_, codes.data_ptr<int8_t>(), scales,
+                            scales + m * nb);
+  at::Tensor y = at::empty({m, rows_}, at::kFloat);  // float32 [M, rows]
+  const cpu::QuantDotArgs args{view(), {codes.data_ptr<int8_t>(), scales, scales + m * nb, m, cols_},
+                               y.data_ptr<float>(), rows_};
+  const cpu::QuantDotFn gemv = dot_gemv_for(path);
+  at::parallel_for(0, rows_, row_grain(rows_), [&](int64_t begin, int64_t end) { gemv(args, begin, end); });
+  return y;
 }
 
 at::Tensor QuantMatrix::linear_direct(const at::Tensor& x, features::VectorPath path) const {

@@ -64,6 +64,16 @@ at::ScalarType dense_dtype(WeightForm form, at::ScalarType model_dtype) {
   return model_dtype;
 }
 
+// For the load line: how quantised projections are laid out and multiplied at decode
+// ("" for dense weights), e.g. "; q4 codes in pair order, decode GEMV activations int8".
+std::string quant_layout_note(const ModelWeights& w) {
+  const kernels::QuantMatrix& q = w.layers.empty() ? w.embed_tokens.quant : w.layers[0].qkv.quant;
+  if (!q.defined()) return "";
+  return std::string("; ") + (q.format() == kernels::QuantFormat::kQ4 ? "q4 codes in pair order, " : "") +
+         "decode GEMV activations " + kernels::quant_activations_name(kernels::selected_quant_activations()) + " (" +
+         kernels::kQuantActivationsVariable + ")";
+}
+
 // One projection's weight as `form` keeps it.
 LinearWeight fetch_linear(const std::string& name, const std::vector<int64_t>& shape, WeightForm form,
                           at::ScalarType model_dtype, const TensorFetcher& fetch, const QuantFetcher& fetch_quant) {
@@ -169,8 +179,8 @@ ModelWeights assemble_weights(const ModelConfig& c, at::ScalarType dtype, Weight
   if (!c.tied_embeddings) w.num_bytes += w.lm_head.nbytes();
   log::info("loaded " + std::to_string(c.num_layers) + " layers, " + std::to_string(w.num_bytes >> 20) +
             " MiB of weights (" + weight_form_name(form) + ": projections " + w.layers[0].qkv.form_name() +
-            ", embeddings " + w.embed_tokens.form_name() + ") in " + std::to_string(watch.seconds()).substr(0, 4) +
-            " s");
+            ", embeddings " + w.embed_tokens.form_name() + quant_layout_note(w) + ") in " +
+            std::to_string(watch.seconds()).substr(0, 4) + " s");
   return w;
 }
 

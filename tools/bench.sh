@@ -27,7 +27,8 @@ case "${LORAKV_BENCH:-attention}" in
       --python "$LORAKV_VENV/bin/python" --llama-python "$LORAKV_ROOT/.venv-bench/bin/python" --threads 2 \
       ${LORAKV_BENCH_ARGS:-} ;;
   quant)
-    phase "quantised projection benchmark" "$LORAKV_BUILD_DIR/bench/lorakv_quant_matmul_bench" ${LORAKV_BENCH_ARGS:-} ;;
+    phase "quantised projection benchmark" "$LORAKV_BUILD_DIR/bench/lorakv_quant_matmul_bench" \
+      --python "$LORAKV_ROOT/.venv-bench/bin/python" ${LORAKV_BENCH_ARGS:-} ;;
   memory)
     phase "shared-cache memory benchmark" "$LORAKV_BUILD_DIR/cli/lorakv" bench memory --model "$LORAKV_MODEL_FILE" \
       --assets "$LORAKV_ROOT/assets" --python "$LORAKV_ROOT/.venv-bench/bin/python" \

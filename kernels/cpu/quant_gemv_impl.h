@@ -2,20 +2,41 @@
 // vector type V that each path file defines in an anonymous namespace (so every path's
 // copy has internal linkage). V provides R, kW (floats per register), kNumRegs, zero, set1, load,
 // mul, fma, hsum, add_lane0, half (one half value to float), load_half (kW of them), and
-// unpack_q4 / unpack_q8 (one 32-element block's codes to 32 / kW registers of floats, in
-// element order).
+// unpack_q4 / unpack_q4_paired / unpack_q8 (one 32-element block's codes to 32 / kW
+// registers of floats, in element order: kQ4 from GGUF's order for a last unpaired block,
+// else from one half of its pair, kernels/quant_view.h).
 //
 // Per weight row and x row: acc = Σ_b d_b · (Σ_j q_bj · x_bj) as a vector, then the kQ4
 // min term Σ_b m_b · xsum_b, then one horizontal sum. Up to four x rows share each
 // unpacked block, so a block's codes are decoded once per four rows.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "lorakv/kernels/cpu/quant_gemv.h"
 
 namespace lorakv::kernels::cpu {
+
+// acc[t] += Σ_b m_b · xsum[t · nb + b] for MT x rows (kQ4's min term), kW blocks at a time:
+// shared by the float and the integer kernels (xsum: x's block sums, float32 [MT, nb]).
+template <class V, int MT>
+void add_min_terms(const uint16_t* mins, const float* xsum, int64_t nb, typename V::R* acc) {
+  constexpr int kW = V::kW;
+  int64_t b = 0;
+  for (; b + kW <= nb; b += kW) {
+    const typename V::R m = V::load_half(mins + b);
+    for (int t = 0; t < MT; ++t) acc[t] = V::fma(m, V::load(xsum + t * nb + b), acc[t]);
+  }
+  if (b == nb) return;
+  float tail[MT] = {};
+  for (; b < nb; ++b) {
+    const float m = V::half(mins[b]);
+    for (int t = 0; t < MT; ++t) tail[t] += m * xsum[t * nb + b];
+  }
+  for (int t = 0; t < MT; ++t) acc[t] = V::add_lane0(acc[t], tail[t]);
+}
 
 template <class V>
 struct QuantGemv {
@@ -94,7 +115,9 @@ struct QuantGemv {
         for (int rr = 0; rr < RT; ++rr) {
           R q[kRegs];
           __builtin_prefetch(codes[rr] + b * block_bytes + kPrefetchBytes);
-          if (q4) {
+          if (q4 && w.q4_block_is_paired(b)) {
+            V::unpack_q4_paired(codes[rr] + (b & ~int64_t{1}) * block_bytes, static_cast<int>(b & 1), q);
+          } else if (q4) {
             V::unpack_q4(codes[rr] + b * block_bytes, q);
           } else {
             V::unpack_q8(codes[rr] + b * block_bytes, q);
@@ -110,26 +133,9 @@ struct QuantGemv {
       }
     }
     for (int rr = 0; rr < RT; ++rr) {
-      if (q4) add_min_terms<MT>(w.mins + (r0 + rr) * nb, xsum + i0 * nb, nb, acc[rr]);
+      if (q4) add_min_terms<V, MT>(w.mins + (r0 + rr) * nb, xsum + i0 * nb, nb, acc[rr]);
       for (int t = 0; t < MT; ++t) a.y[(i0 + t) * a.ldy + r0 + rr] = V::hsum(acc[rr][t]);
     }
-  }
-
-  // acc[t] += Σ_b m_b · xsum[t][b] (kQ4's min term), kW blocks at a time.
-  template <int MT>
-  static void add_min_terms(const uint16_t* mins, const float* xsum, int64_t nb, R* acc) {
-    int64_t b = 0;
-    for (; b + kW <= nb; b += kW) {
-      const R m = V::load_half(mins + b);
-      for (int t = 0; t < MT; ++t) acc[t] = V::fma(m, V::load(xsum + t * nb + b), acc[t]);
-    }
-    if (b == nb) return;
-    float tail[MT] = {};
-    for (; b < nb; ++b) {
-      const float m = V::half(mins[b]);
-      for (int t = 0; t < MT; ++t) tail[t] += m * xsum[t * nb + b];
-    }
-    for (int t = 0; t < MT; ++t) acc[t] = V::add_lane0(acc[t], tail[t]);
   }
 };
 

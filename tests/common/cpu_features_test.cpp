@@ -195,6 +195,29 @@ TEST(CpuFeatures, DescriptionListsPresentFeaturesAndOsState) {
   EXPECT_EQ(describe_features(CpuFeatures{}), "none; os state: none");
 }
 
+// The fused dot product goes with a path only where the CPU has it at that path's width:
+// AVX-512 VNNI alone gives no AVX-VNNI to the avx2 path, and neither reaches a path the
+// CPU (or its OS state) cannot run.
+TEST(CpuFeatures, VnniIsAPropertyOfEachPath) {
+  CpuFeatures f = avx512_machine();
+  EXPECT_FALSE(has_vnni(f, VectorPath::kAvx512));
+  f.avx512_vnni = true;
+  EXPECT_TRUE(has_vnni(f, VectorPath::kAvx512));
+  EXPECT_FALSE(has_vnni(f, VectorPath::kAvx2));
+  EXPECT_FALSE(has_vnni(f, VectorPath::kScalar));
+  f.avx_vnni = true;
+  EXPECT_TRUE(has_vnni(f, VectorPath::kAvx2));
+  EXPECT_FALSE(has_vnni(f, VectorPath::kScalar));
+  f.os_saves_avx512 = false;
+  EXPECT_FALSE(has_vnni(f, VectorPath::kAvx512));
+  EXPECT_TRUE(has_vnni(f, VectorPath::kAvx2));
+  CpuFeatures client = avx2_machine();  // AVX-VNNI without AVX-512, as on Alder Lake
+  client.avx_vnni = true;
+  EXPECT_TRUE(has_vnni(client, VectorPath::kAvx2));
+  EXPECT_FALSE(has_vnni(client, VectorPath::kAvx512));
+  EXPECT_EQ(describe_features(client), "avx2 fma f16c avx_vnni; os state: avx");
+}
+
 // The first line of /proc/cpuinfo starting with `key`, after its colon.
 std::string cpuinfo_value(const std::string& key) {
   std::ifstream in("/proc/cpuinfo");
@@ -231,6 +254,7 @@ TEST(CpuFeatures, DetectionAgreesWithProcCpuinfo) {
   expect_flag(f.avx512vl && f.os_saves_avx512, "avx512vl");
   expect_flag(f.avx512_vnni && f.os_saves_avx512, "avx512_vnni");
   expect_flag(f.avx512_bf16 && f.os_saves_avx512, "avx512_bf16");
+  expect_flag(f.avx_vnni && f.os_saves_avx, "avx_vnni");
   expect_flag(f.amx_tile && f.os_saves_amx, "amx_tile");
   expect_flag(f.amx_bf16 && f.os_saves_amx, "amx_bf16");
   expect_flag(f.amx_int8 && f.os_saves_amx, "amx_int8");
