@@ -144,45 +144,46 @@ size_t utf8_complete_prefix(std::string_view bytes) {
   return n;
 }
 
+Utf8Unit utf8_unit_at(std::string_view s, size_t i) {
+  const auto lead = static_cast<uint8_t>(s[i]);
+  if (lead < 0x80) return {1, true};
+  // The sequence's length and its second byte's range (Table 3-7); later bytes 80..BF.
+  size_t n = 0;
+  uint8_t low = 0x80, high = 0xBF;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    n = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    n = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    n = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return {1, false};
+  }
+  size_t good = 1;  // bytes of a well-formed prefix of the sequence
+  while (good < n && i + good < s.size()) {
+    const auto b = static_cast<uint8_t>(s[i + good]);
+    if (good == 1 ? (b < low || b > high) : (b < 0x80 || b > 0xBF)) break;
+    ++good;
+  }
+  return {good, good == n};
+}
+
 std::string utf8_replace_invalid(std::string_view s) {
   static const std::string kReplacement = codepoint_to_utf8(kReplacementChar);
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
-    const auto lead = static_cast<uint8_t>(s[i]);
-    if (lead < 0x80) {
-      out += static_cast<char>(lead);
-      ++i;
-      continue;
-    }
-    // The sequence's length and its second byte's range (Table 3-7); later bytes 80..BF.
-    size_t n = 0;
-    uint8_t low = 0x80, high = 0xBF;
-    if (lead >= 0xC2 && lead <= 0xDF) {
-      n = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      n = 3;
-      if (lead == 0xE0) low = 0xA0;
-      if (lead == 0xED) high = 0x9F;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      n = 4;
-      if (lead == 0xF0) low = 0x90;
-      if (lead == 0xF4) high = 0x8F;
-    }
-    size_t good = n == 0 ? 0 : 1;  // bytes of a well-formed prefix of the sequence
-    while (good > 0 && good < n && i + good < s.size()) {
-      const auto b = static_cast<uint8_t>(s[i + good]);
-      const bool ok = good == 1 ? (b >= low && b <= high) : (b >= 0x80 && b <= 0xBF);
-      if (!ok) break;
-      ++good;
-    }
-    if (n > 0 && good == n) {
-      out.append(s.substr(i, n));
-      i += n;
+    const Utf8Unit u = utf8_unit_at(s, i);
+    if (u.well_formed) {
+      out.append(s.substr(i, u.length));
     } else {
-      out += kReplacement;  // the maximal subpart: the lead and the continuations that fit
-      i += std::max<size_t>(good, 1);
+      out += kReplacement;  // one per maximal ill-formed subpart
     }
+    i += u.length;
   }
   return out;
 }

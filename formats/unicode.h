@@ -35,6 +35,16 @@ std::string codepoint_to_utf8(uint32_t cpt);
 // count as complete (they cannot become valid later).
 size_t utf8_complete_prefix(std::string_view bytes);
 
+// The character or ill-formed stretch starting at bytes[i] (i < size): a well-formed UTF-8
+// sequence (Unicode Table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF; an
+// ASCII byte is one) and its length, or the length of the maximal ill-formed subpart there
+// (the lead and the continuation bytes that could still follow it; at least 1).
+struct Utf8Unit {
+  size_t length = 1;
+  bool well_formed = true;
+};
+Utf8Unit utf8_unit_at(std::string_view bytes, size_t i);
+
 // `bytes` as valid UTF-8: well-formed sequences (Unicode Table 3-7: no overlong forms, no
 // surrogates, nothing above U+10FFFF) as they are, and each maximal ill-formed subpart as
 // one U+FFFD, as Python's bytes.decode("utf-8", errors="replace") (and so transformers'

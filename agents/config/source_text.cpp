@@ -10,6 +10,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "lorakv/formats/unicode.h"
+
 namespace lorakv::agents::config {
 namespace {
 
@@ -18,35 +20,11 @@ std::string human_bytes(size_t n) {
   return std::to_string(n) + " bytes";
 }
 
-bool is_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
-
 // The length of the valid UTF-8 sequence at text[i], or 0 when it is not one (overlong
 // forms, surrogates and code points above U+10FFFF are invalid).
 size_t utf8_sequence_length(const std::string& text, size_t i) {
-  const auto at = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char c = at(i);
-  if (c < 0x80) return 1;
-  size_t length = 0;
-  unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    length = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    length = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    length = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  if (at(i + 1) < lo || at(i + 1) > hi) return 0;
-  for (size_t k = 2; k < length; ++k) {
-    if (!is_continuation(at(i + k))) return 0;
-  }
-  return length;
+  const formats::Utf8Unit u = formats::utf8_unit_at(text, i);
+  return u.well_formed ? u.length : 0;
 }
 
 // What is wrong with the character at text[i] (valid UTF-8 of `length` bytes), or "".
