@@ -70,12 +70,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   const std::string name = args[0] == "--version" ? "version" : args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
-  std::string names;
-  for (const CommandEntry& c : commands()) {
-    if (c.name == name) return c.run(rest, out, err);
-    names += (names.empty() ? "" : ", ") + c.name;
-  }
-  throw UsageError("unknown command", {"", args[0], "one of: " + names, "", "run 'lorakv --help'"});
+  return find_named(commands(), name, "command", "run 'lorakv --help'").run(rest, out, err);
 }
 
 int report_error(const std::exception_ptr& error, std::ostream& err) {

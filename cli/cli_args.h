@@ -23,6 +23,18 @@ class UsageError : public ConfigError {
       : ConfigError("usage error", message, std::move(context)) {}
 };
 
+// The entry of `table` (items with a `name`) called `name`, or a UsageError naming `what`
+// ("command", "benchmark") with every name the table has and `hint`.
+template <typename Table>
+const auto& find_named(const Table& table, const std::string& name, const std::string& what, const std::string& hint) {
+  std::string names;
+  for (const auto& entry : table) {
+    if (entry.name == name) return entry;
+    names += (names.empty() ? "" : ", ") + entry.name;
+  }
+  throw UsageError("unknown " + what, {"", name, "one of: " + names, "", hint});
+}
+
 // Runs a parser of another layer whose ConfigError names its own key ("dtype", "chat
 // format", ".budget") and re-throws it as a UsageError naming `flag`, with `hint` when the
 // error had none.

@@ -128,12 +128,7 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
     return args.empty() ? kExitUsage : 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
-  std::string names;
-  for (const BenchEntry& b : benchmarks()) {
-    if (b.name == args[0]) return b.run(rest, out);
-    names += (names.empty() ? "" : ", ") + b.name;
-  }
-  throw UsageError("unknown benchmark", {"", args[0], "one of: " + names, "", "run 'lorakv bench --help'"});
+  return find_named(benchmarks(), args[0], "benchmark", "run 'lorakv bench --help'").run(rest, out);
 }
 
 int run_memory_bench(const std::vector<std::string>& args, std::ostream& out) {
