@@ -79,12 +79,15 @@ class Conversation {
     std::lock_guard<std::mutex> lock(mutex_);
     return session_;
   }
-  // A new session, the old one closed (its rows freed).
+  // A new session, the old one closed (its rows freed) outside the lock: closing waits for
+  // the engine thread, whose token callback may be waiting for the lock.
   void reset() {
-    std::shared_ptr<agents::Session> fresh = agents::open_configured_session(rt_, c_);
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (session_) session_->close();
-    session_ = std::move(fresh);
+    std::shared_ptr<agents::Session> old = agents::open_configured_session(rt_, c_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::swap(old, session_);
+    }
+    if (old) old->close();
   }
   void cancel() {
     cancelling_.store(true);
