@@ -45,7 +45,7 @@ GenerateOptions generate_options(const config::AgentSection& agent) {
   o.sampling.top_p = agent.sampling.top_p;
   o.sampling.repetition_penalty = agent.sampling.repetition_penalty;
   o.sampling.seed = agent.sampling.seed;
-  o.stop = agent.stop;
+  o.stop_strings = agent.stop;
   o.allowed_prefixes = agent.allowed_prefixes;
   return o;
 }

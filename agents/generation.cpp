@@ -2,8 +2,6 @@
 // per agent), each token (constraint, sampling, streaming, stops), the end (commit or drop),
 // cancellation, deadlines and failures.
 #include <algorithm>
-#include <limits>
-#include <tuple>
 
 #include "lorakv/agents/runtime_core.h"
 #include "lorakv/common/errors.h"
@@ -16,22 +14,14 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The logits with every token but `allowed` at -inf. logits: float32 [vocab].
-at::Tensor only(const at::Tensor& logits, std::vector<int32_t> allowed) {
-  const at::Tensor index =
-      at::from_blob(allowed.data(), {static_cast<int64_t>(allowed.size())}, at::kInt).to(at::kLong);
-  at::Tensor masked = at::full_like(logits, -std::numeric_limits<float>::infinity());
-  masked.index_copy_(0, index, logits.index_select(0, index));
-  return masked;
-}
-
-// The picked token's log-probability and the best other one's. logits: float32 [vocab].
-void record_logprobs(Reply& r, const at::Tensor& logits, const runtime::SampledToken& picked) {
-  const at::Tensor log_probs = at::log_softmax(logits, 0);
-  const std::tuple<at::Tensor, at::Tensor> top = log_probs.topk(2);
-  const bool picked_best = std::get<1>(top)[0].item<int64_t>() == picked.token;
-  r.logprobs.push_back(log_probs[picked.token].item<double>());
-  r.runner_up_logprobs.push_back(std::get<0>(top)[picked_best ? 1 : 0].item<double>());
+ReplyEnd reply_end(runtime::FinishReason reason) {
+  switch (reason) {
+    case runtime::FinishReason::kLength: return ReplyEnd::kLength;
+    case runtime::FinishReason::kStopToken: return ReplyEnd::kEndOfTurn;
+    case runtime::FinishReason::kStopString: return ReplyEnd::kStopString;
+    case runtime::FinishReason::kCallback: return ReplyEnd::kCallback;
+  }
+  return ReplyEnd::kLength;
 }
 
 // CapacityError is the engine's; sessions report their own type.
@@ -71,15 +61,11 @@ std::shared_ptr<Generation> prepare(RuntimeCore& core, SessionState& s, int64_t 
                              {"", name, "at most " + std::to_string(limit) + " tokens",
                               std::to_string(used) + " tokens", "start a new session, or shorten what is appended"});
   }
-  g->token_limit = std::min(options.max_tokens, room);
-  g->sampler = std::make_unique<runtime::Sampler>(options.sampling);
-  g->decoder = std::make_unique<formats::StreamingDecoder>(core.layout->tokenizer(), /*render_special=*/false);
-  g->stops = std::make_unique<runtime::StopStringFilter>(options.stop);
-  if (!options.allowed_prefixes.empty()) {
-    g->prefixes = std::make_unique<OutputPrefixes>(core.layout->tokenizer(), options.allowed_prefixes);
-  }
-  g->seen = trajectory;
-  g->seen.insert(g->seen.end(), g->suffix.begin(), g->suffix.end());
+  runtime::ReplyRules rules = options;
+  rules.max_tokens = std::min(options.max_tokens, room);
+  std::vector<int32_t> seen = trajectory;
+  seen.insert(seen.end(), g->suffix.begin(), g->suffix.end());
+  g->decoder = std::make_unique<runtime::ReplyDecoder>(std::move(rules), &core.layout->tokenizer(), std::move(seen));
   g->started = started;
   if (options.timeout.count() > 0) g->deadline = started + options.timeout;
   g->reply.agent = name;
@@ -92,8 +78,6 @@ void RuntimeCore::start(int64_t session_id, const std::vector<std::string>& name
                         Clock::time_point started, std::shared_ptr<Generation> alone,
                         std::shared_ptr<GenerationGroup> group) {
   SessionState& s = session(session_id, "Session::generate");
-  runtime::validate(options.sampling);
-  if (options.max_tokens < 0) throw ConfigError("max_tokens must be 0 or more", {"", "max_tokens"});
   if (names.empty()) throw ConfigError("generate_all needs at least one agent", {"", "agents"});
   for (size_t i = 0; i < names.size(); ++i) {
     if (std::count(names.begin(), names.end(), names[i]) > 1) {
@@ -139,44 +123,29 @@ void RuntimeCore::start(int64_t session_id, const std::vector<std::string>& name
 
 std::optional<int32_t> RuntimeCore::on_logits(Generation& g, const at::Tensor& logits) {
   Reply& r = g.reply;
-  if (static_cast<int64_t>(r.tokens.size()) >= g.token_limit) {
+  runtime::ReplyDecoder& decoder = *g.decoder;
+  if (decoder.done()) {  // max_tokens 0, or no room left in the model's context
     r.end = ReplyEnd::kLength;
     return std::nullopt;
   }
-  const at::Tensor scores = g.prefixes && g.prefixes->active() ? only(logits, g.prefixes->allowed()) : logits;
-  const runtime::SampledToken picked = g.sampler->sample(scores, g.seen);
+  const runtime::DecodedToken t = decoder.next(logits);
   const Clock::time_point now = Clock::now();
   if (r.tokens.empty()) {
     g.first_token = now;
     r.time_to_first_token_s = seconds_between(g.started, now);
   }
   g.last_token = now;
-  g.seen.push_back(picked.token);
-  r.tokens.push_back(picked.token);
-  if (g.options.logprobs) record_logprobs(r, logits, picked);
-  if (g.prefixes) g.prefixes->accept(picked.token);
-
-  std::optional<ReplyEnd> end;
-  std::string text;
-  if (picked.token == layout->end_id()) {
-    end = ReplyEnd::kEndOfTurn;
-  } else {
-    text = g.stops->push(g.decoder->feed(picked.token));
-    if (g.stops->stopped()) end = ReplyEnd::kStopString;
+  r.tokens.push_back(t.token);
+  if (g.options.logprobs) {
+    r.logprobs.push_back(t.logprob);
+    r.runner_up_logprobs.push_back(t.runner_up_logprob);
+    if (g.options.top_logprobs > 0) r.top_logprobs.push_back(t.top);
   }
-  if (!end && static_cast<int64_t>(r.tokens.size()) >= g.token_limit) end = ReplyEnd::kLength;
-  if (end && !g.stops->stopped()) {
-    text += g.stops->push(g.decoder->flush());  // two statements: flush reaches the filter before finish()
-    text += g.stops->finish();
-    if (g.stops->stopped()) end = ReplyEnd::kStopString;
-  }
-  r.text += text;
-  if (!text.empty() && g.options.on_text && !g.options.on_text(text) && !end) end = ReplyEnd::kCallback;
-  if (end) {
-    r.end = *end;
-    return std::nullopt;
-  }
-  return picked.token;
+  r.text += t.text;
+  if (!t.text.empty() && g.options.on_text && !g.options.on_text(t.text)) decoder.stop(runtime::FinishReason::kCallback);
+  if (!decoder.done()) return t.token;
+  r.end = reply_end(*decoder.finish());
+  return std::nullopt;
 }
 
 // The reply joins the trajectory: header, generated tokens, <|im_end|> (when the agent did

@@ -15,15 +15,13 @@
 
 #include "lorakv/adapters/adapter_registry.h"
 #include "lorakv/agents/chat_layout.h"
-#include "lorakv/agents/output_prefixes.h"
 #include "lorakv/agents/scheduler.h"
 #include "lorakv/agents/session_types.h"
 #include "lorakv/formats/bpe_tokenizer.h"
 #include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/loaded_model.h"
-#include "lorakv/runtime/sampler.h"
-#include "lorakv/runtime/stop_strings.h"
+#include "lorakv/runtime/reply_decoder.h"
 
 namespace lorakv::agents {
 
@@ -47,12 +45,9 @@ struct Generation {
   std::vector<int32_t> header;  // the agent's turn header: private now, shared at commit
   std::vector<int32_t> suffix;  // run privately before the reply: instruction turn, header
   bool has_instruction = false;
-  int64_t token_limit = 0;      // max_tokens, less where the model's context ends first
-  std::unique_ptr<runtime::Sampler> sampler;
-  std::unique_ptr<formats::StreamingDecoder> decoder;
-  std::unique_ptr<runtime::StopStringFilter> stops;
-  std::unique_ptr<OutputPrefixes> prefixes;
-  std::vector<int32_t> seen;    // what the repetition penalty reads: trajectory, private, reply
+  // The reply token by token; its max_tokens is the options' less where the model's
+  // context ends first, and it has seen the trajectory and the private tokens.
+  std::unique_ptr<runtime::ReplyDecoder> decoder;
   runtime::JobId job = -1;
   Clock::time_point started, first_token, last_token;
   std::optional<Clock::time_point> deadline;

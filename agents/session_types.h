@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "lorakv/runtime/sampler.h"
+#include "lorakv/runtime/reply_decoder.h"
 #include "lorakv/runtime/sharing_mode.h"
 
 namespace lorakv::agents {
@@ -73,27 +73,21 @@ struct AgentOptions {
   std::string instruction;
 };
 
-struct GenerateOptions {
-  int64_t max_tokens = 256;
-  runtime::SamplingOptions sampling;  // greedy by default
-  std::vector<std::string> stop;      // stop strings: end the reply; not in its text
-  // The reply's text must start with one of these ("Lookup[", "Finish["), whatever tokens
-  // spell it. Empty: no constraint.
-  std::vector<std::string> allowed_prefixes;
-  // Called on the engine thread with each new piece of the reply. A trailing multi-byte
-  // sequence that is valid so far is held back until it completes; invalid bytes pass
-  // through, and what is held back when the reply ends (max_tokens inside a character) is
-  // passed as it is, so a piece need not be valid UTF-8 (docs/sessions.md, "Generating").
-  // Return false to end the reply there (it is kept). It must not call a session method
-  // that waits (DeadlockError).
+// One reply's options: the rules every reply decodes by (runtime/reply_decoder.h:
+// max_tokens (256), sampling (greedy), stop_strings, stop_token_ids, allowed_prefixes,
+// logprobs and top_logprobs), and the caller's hooks.
+struct GenerateOptions : runtime::ReplyRules {
+  // Called on the engine thread with each new piece of the reply: valid UTF-8 (a character
+  // split between tokens comes whole; a cut or ill-formed one as U+FFFD), never part of a
+  // stop string. Return false to end the reply there (it is kept). It must not call a
+  // session method that waits (DeadlockError), and a slow one stalls every session: a
+  // request handle (agents/request.h) reads its events on the caller's thread instead.
   std::function<bool(const std::string& text)> on_text;
   std::chrono::milliseconds timeout{0};  // 0: none; past it the reply ends as kDeadline
-  // Record each token's log-probability and the best other token's (OpenAI's top_logprobs=2).
-  bool logprobs = false;
 };
 
 enum class ReplyEnd {
-  kEndOfTurn,   // the agent wrote <|im_end|>
+  kEndOfTurn,   // the agent wrote an end token (<|im_end|>, <|endoftext|>) or a stop id
   kStopString,  // one of GenerateOptions::stop
   kLength,      // max_tokens, or the model's context
   kCallback,    // on_text returned false
@@ -104,11 +98,13 @@ const char* reply_end_name(ReplyEnd end);
 
 struct Reply {
   std::string agent;
-  std::string text;             // what was streamed: stop strings and <|im_end|> excluded
-  std::vector<int32_t> tokens;  // generated ids, a final <|im_end|> included
+  std::string text;             // what was streamed: stop strings and end tokens excluded
+  std::vector<int32_t> tokens;  // generated ids, a final end token included
   // With GenerateOptions::logprobs, per token: its log-probability under the model, and the
   // best other token's (their difference is the token's margin over the runner-up).
   std::vector<double> logprobs, runner_up_logprobs;
+  // With top_logprobs > 0, per token: the likeliest tokens, likeliest first.
+  std::vector<std::vector<runtime::TokenLogprob>> top_logprobs;
   ReplyEnd end = ReplyEnd::kEndOfTurn;
   bool appended = false;        // the turn is now part of the trajectory
   double time_to_first_token_s = 0;  // from the call to the first token

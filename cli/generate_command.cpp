@@ -201,11 +201,11 @@ int generate(const GenerateOptions& options, std::ostream& out, std::ostream& er
   const formats::BpeTokenizer& tok = *loaded.tokenizer;
   adapters::AdapterRegistry registry(loaded.model->adapter_shape(), loaded.model->dtype());
   load_adapters(options.adapters, registry);
-  if (tok.eos_id() >= 0) request.stop_token_ids.push_back(tok.eos_id());
   std::optional<formats::ChatTemplate> chat;
   if (options.chat) {
     chat = options.chat_format ? formats::ChatTemplate::by_name(*options.chat_format)
                                : formats::ChatTemplate::from_jinja(tok.chat_template());
+    // The model's end tokens end every reply (ReplyDecoder); a template's own end of turn too.
     if (auto end = tok.token_id(chat->end_of_turn())) request.stop_token_ids.push_back(*end);
   }
   std::vector<runtime::GenerationRequest> requests;
@@ -233,11 +233,12 @@ int generate(const GenerateOptions& options, std::ostream& out, std::ostream& er
       *loaded.model, &tok, requests,
       [&](const runtime::StreamEvent& e) {
         if (!first_token_s) first_token_s = watch.seconds();
-        if (stream && options.json && !e.text.empty()) {
-          out << JsonLine().add("event", "text").add("request", static_cast<int64_t>(e.request)).add("text", e.text).str()
+        const std::string& text = e.token.text;
+        if (stream && options.json && !text.empty()) {
+          out << JsonLine().add("event", "text").add("request", static_cast<int64_t>(e.request)).add("text", text).str()
               << "\n" << std::flush;
         } else if (stream && !options.json) {
-          out << e.text << std::flush;
+          out << text << std::flush;
         }
         return true;
       },

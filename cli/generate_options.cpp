@@ -210,7 +210,7 @@ GenerateOptions parse_generate_options(const CliArgs& a, std::istream& standard_
   o.dtype = for_flag("--dtype", kHelpHint, [&] { return runtime::parse_model_dtype(a.get("--dtype").value_or("float32")); });
   if (auto kv = a.get("--kv-dtype")) o.kv_dtype = for_flag("--kv-dtype", kHelpHint, [&] { return runtime::parse_kv_dtype(*kv, "--kv-dtype"); });
   o.weights = for_flag("--weights", kHelpHint, [&] { return runtime::parse_weight_form(a.get("--weights").value_or("native")); });
-  o.request.max_new_tokens = a.get_int("--max-tokens", 128, 1, 100000);
+  o.request.max_tokens = a.get_int("--max-tokens", 128, 1, 100000);
   o.request.sampling = parse_sampling_flags(a);
   o.request.stop_strings = parse_stops(a);
   o.request.logprobs = a.has("--logprobs");

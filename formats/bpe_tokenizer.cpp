@@ -152,6 +152,18 @@ void BpeTokenizer::index_tokens() {
                            {"", key, "-1 (absent) or 0.." + std::to_string(n - 1), std::to_string(id), ""});
     }
   }
+  // llama.cpp's end-of-generation spellings (llama-vocab.cpp, special_eog_ids), control
+  // tokens only, so a normal token that happens to read "<|end|>" never ends a reply.
+  for (const char* spelling : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
+                               "<|eom_id|>", "<｜end▁of▁sentence｜>"}) {
+    const auto it = token_to_id_.find(spelling);
+    if (it != token_to_id_.end() && token_type(it->second) == TokenType::kControl) {
+      end_of_generation_.push_back(it->second);
+    }
+  }
+  if (vocab_.eos_id >= 0) end_of_generation_.push_back(vocab_.eos_id);
+  std::sort(end_of_generation_.begin(), end_of_generation_.end());
+  end_of_generation_.erase(std::unique(end_of_generation_.begin(), end_of_generation_.end()), end_of_generation_.end());
   for (int b = 0; b < 256; ++b) {
     const auto it = token_to_id_.find(byte_to_gpt2_utf8(static_cast<uint8_t>(b)));
     byte_token_[b] = it == token_to_id_.end() ? -1 : it->second;

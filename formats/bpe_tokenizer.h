@@ -74,6 +74,10 @@ class BpeTokenizer {
   int32_t unk_id() const { return vocab_.unk_id; }
   int32_t pad_id() const { return vocab_.pad_id; }
   bool add_bos() const { return vocab_.add_bos; }
+  // The tokens that end a generation (llama.cpp's end-of-generation set): eos_id and every
+  // control token spelled as an end of turn or of text ("<|im_end|>", "<|endoftext|>",
+  // "<|eot_id|>", ...), ascending.
+  const std::vector<int32_t>& end_of_generation_ids() const { return end_of_generation_; }
   const std::string& pre() const { return vocab_.pre; }
   const std::string& chat_template() const { return vocab_.chat_template; }
 
@@ -95,6 +99,7 @@ class BpeTokenizer {
   int32_t byte_token_[256] = {};                 // token of each byte's GPT-2 codepoint, or -1
   std::vector<int32_t> byte_fallback_[256];      // llama.cpp's ids when byte_token_ is -1
   std::vector<int32_t> special_ids_;             // longest text first
+  std::vector<int32_t> end_of_generation_;       // end_of_generation_ids()
   std::vector<std::string> pieces_;              // decoded bytes per token
 };
 

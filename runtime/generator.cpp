@@ -16,67 +16,20 @@
 
 namespace lorakv::runtime {
 
-const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStopToken: return "stop_token";
-    case FinishReason::kStopString: return "stop_string";
-    case FinishReason::kCallback: return "callback";
-  }
-  return "unknown";
-}
-
 namespace {
-
-// Per-request decoding state.
-struct Live {
-  std::vector<int32_t> context;  // prompt + generated
-  std::unique_ptr<Sampler> sampler;
-  std::unique_ptr<formats::StreamingDecoder> decoder;
-  std::unique_ptr<StopStringFilter> stops;
-  bool done = false;
-};
 
 // Samples request i's next token from its logits, streams it and decides whether it ends.
 // Returns the token to run next, or nullopt when the request is done.
-std::optional<int32_t> take_token(const GenerationRequest& r, size_t i, Live& s, GenerationOutput& out,
+std::optional<int32_t> take_token(const GenerationRequest& r, size_t i, ReplyDecoder& decoder, GenerationOutput& out,
                                   const at::Tensor& logits, const StreamCallback& on_event) {
-  const SampledToken picked = s.sampler->sample(logits, s.context);
-  s.context.push_back(picked.token);
-  out.tokens.push_back(picked.token);
-  if (r.logprobs) out.logprobs.push_back(picked.logprob);
-
-  StreamEvent event{i, picked.token, "", picked.logprob, false};
-  const bool is_stop_token =
-      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), picked.token) != r.stop_token_ids.end();
-  if (is_stop_token) {
-    s.done = true;
-    out.finish_reason = FinishReason::kStopToken;
-  } else if (s.decoder) {
-    event.text = s.stops->push(s.decoder->feed(picked.token));
-    if (s.stops->stopped()) {
-      s.done = true;
-      out.finish_reason = FinishReason::kStopString;
-    }
-  }
-  if (!s.done && static_cast<int64_t>(out.tokens.size()) >= r.max_new_tokens) {
-    s.done = true;
-    out.finish_reason = FinishReason::kLength;
-  }
-  if (s.done && s.decoder && !s.stops->stopped()) {
-    // Two statements: the flush must reach the filter before finish() empties it.
-    event.text += s.stops->push(s.decoder->flush());
-    event.text += s.stops->finish();
-    if (s.stops->stopped()) out.finish_reason = FinishReason::kStopString;
-  }
-  event.finished = s.done;
-  out.text += event.text;
-  if (on_event && !on_event(event) && !s.done) {
-    s.done = true;
-    out.finish_reason = FinishReason::kCallback;
-  }
-  if (s.done) return std::nullopt;
-  return picked.token;
+  StreamEvent event{i, decoder.next(logits)};
+  out.tokens.push_back(event.token.token);
+  if (r.logprobs) out.logprobs.push_back(event.token.logprob);
+  out.text += event.token.text;
+  if (on_event && !on_event(event) && !decoder.done()) decoder.stop(FinishReason::kCallback);
+  if (decoder.finish()) out.finish_reason = *decoder.finish();
+  if (decoder.done()) return std::nullopt;
+  return event.token.token;
 }
 
 // Bytes of the base pool that hold every request's prompt and reply (whole blocks, per
@@ -87,7 +40,7 @@ int64_t pool_bytes_for(const LlamaModel& model, const EngineOptions& eo, const s
   const int64_t block_size = eo.block_size;
   int64_t rows = 0;
   for (const GenerationRequest& r : requests) {
-    rows += static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(r.max_new_tokens, 0) + 2 * block_size + commit_rows;
+    rows += static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(r.max_tokens, 0) + 2 * block_size + commit_rows;
   }
   return Engine::base_row_bytes(model, eo) * rows;
 }
@@ -141,20 +94,13 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
                                        const std::vector<GenerationRequest>& requests, const StreamCallback& on_event,
                                        GeneratorOptions options) {
   std::vector<GenerationOutput> outputs(requests.size());
-  std::vector<Live> live(requests.size());
+  std::vector<std::unique_ptr<ReplyDecoder>> live(requests.size());
+  std::vector<std::vector<int32_t>> context(requests.size());  // prompt + generated (use_cache = false)
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerationRequest& r = requests[i];
     if (r.prompt.empty()) throw ConfigError("cannot generate from an empty prompt", {"", "request " + std::to_string(i)});
-    if (!r.stop_strings.empty() && tokenizer == nullptr) {
-      throw ConfigError("stop strings need a tokenizer", {"", "request " + std::to_string(i)});
-    }
-    live[i].context = r.prompt;
-    live[i].sampler = std::make_unique<Sampler>(r.sampling);
-    if (tokenizer != nullptr) {
-      live[i].decoder = std::make_unique<formats::StreamingDecoder>(*tokenizer, /*render_special=*/false);
-      live[i].stops = std::make_unique<StopStringFilter>(r.stop_strings);
-    }
-    live[i].done = r.max_new_tokens <= 0;
+    live[i] = std::make_unique<ReplyDecoder>(r, tokenizer, r.prompt);
+    context[i] = r.prompt;
   }
 
   if (options.use_cache) {
@@ -174,7 +120,7 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
     std::vector<DriverJob> jobs;
     std::map<size_t, ReaderRef> generating;  // request -> its reader, until its context goes
     for (size_t i = 0; i < requests.size(); ++i) {
-      if (live[i].done) continue;
+      if (live[i]->done()) continue;
       const ContextId ctx =
           engine.create_context({SharingMode::kFull, SharedWriter::kFirst, options.eviction}, {requests[i].adapter});
       const int64_t split = activation_split(requests[i], i, commits);
@@ -183,7 +129,7 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
       job.reader = {ctx, 0};
       job.suffix.assign(requests[i].prompt.begin() + split, requests[i].prompt.end());
       job.next = [&, i](const at::Tensor& logits) {
-        return take_token(requests[i], i, live[i], outputs[i], logits, on_event);
+        return take_token(requests[i], i, *live[i], outputs[i], logits, on_event);
       };
       job.on_done = [&engine, &generating, ctx, i] {
         generating.erase(i);
@@ -210,15 +156,17 @@ std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::B
     std::vector<size_t> owner;
     std::unique_ptr<KvCache> cache = model.make_cache();
     for (size_t i = 0; i < live.size(); ++i) {
-      if (live[i].done) continue;
-      batch.push_back({SeqId(static_cast<int64_t>(i)), live[i].context, requests[i].adapter.get()});
+      if (live[i]->done()) continue;
+      batch.push_back({SeqId(static_cast<int64_t>(i)), context[i], requests[i].adapter.get()});
       owner.push_back(i);
     }
     if (batch.empty()) break;
     const at::Tensor logits = model.forward(batch, *cache);  // float32 [owner.size(), vocab]
     for (size_t row = 0; row < owner.size(); ++row) {
       const size_t i = owner[row];
-      (void)take_token(requests[i], i, live[i], outputs[i], logits[static_cast<int64_t>(row)], on_event);
+      const std::optional<int32_t> next =
+          take_token(requests[i], i, *live[i], outputs[i], logits[static_cast<int64_t>(row)], on_event);
+      if (next) context[i].push_back(*next);
     }
   }
   return outputs;

@@ -11,6 +11,7 @@
 #include "lorakv/runtime/driver.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/llama_model.h"
+#include "lorakv/runtime/reply_decoder.h"
 #include "lorakv/runtime/sampler.h"
 
 namespace lorakv::formats {
@@ -19,35 +20,27 @@ class BpeTokenizer;
 
 namespace lorakv::runtime {
 
-struct GenerationRequest {
-  std::vector<int32_t> prompt;             // token ids, not empty
-  SamplingOptions sampling;                // default: greedy
-  int64_t max_new_tokens = 128;
-  std::vector<int32_t> stop_token_ids;     // ends the sequence; the token is not shown as text
-  std::vector<std::string> stop_strings;   // ends the sequence; the string is not shown
-  bool logprobs = false;                   // record each generated token's log-probability
+// One request: a raw prompt (no chat layout added) and what its reply may be (the rules:
+// max_tokens, sampling, stops, prefixes, log-probabilities; runtime/reply_decoder.h).
+struct GenerationRequest : ReplyRules {
+  std::vector<int32_t> prompt;  // token ids, not empty
   // The LoRA adapter to run with (null: the base model). Holding the shared_ptr pins it
   // in its AdapterRegistry (unload refuses) for as long as the request lives.
   std::shared_ptr<const adapters::Adapter> adapter;
 };
 
-enum class FinishReason { kLength, kStopToken, kStopString, kCallback };
-const char* finish_reason_name(FinishReason reason);
-
 // One streamed step of one request.
 struct StreamEvent {
   size_t request = 0;
-  int32_t token = 0;
-  std::string text;      // newly printable text (may be empty: held back or a stop token)
-  double logprob = 0;    // filled when the request asked for logprobs
-  bool finished = false;
+  DecodedToken token;  // its id, text piece (may be empty), log-probabilities, finish
+  bool finished() const { return token.finish.has_value(); }
 };
 // Return false to stop that request (FinishReason::kCallback).
 using StreamCallback = std::function<bool(const StreamEvent&)>;
 
 struct GenerationOutput {
   std::vector<int32_t> tokens;   // generated ids (a final stop token included)
-  std::vector<double> logprobs;  // one per token when requested
+  std::vector<double> logprobs;  // one per token when requested (ReplyRules::logprobs)
   std::string text;              // everything streamed, stop strings and stop tokens excluded
   FinishReason finish_reason = FinishReason::kLength;
 };
@@ -73,8 +66,9 @@ struct GeneratorOptions {
 };
 
 // Runs all requests as one batch until each finishes. `tokenizer` may be null when no
-// request has stop strings and nobody needs text (tokens are still produced). Throws
-// ConfigError for empty prompts or invalid sampling options.
+// request has stop strings or prefixes and nobody needs text (tokens are still produced;
+// then only stop_token_ids end a reply, not the model's end tokens). Throws ConfigError
+// for empty prompts or invalid rules.
 std::vector<GenerationOutput> generate(const LlamaModel& model, const formats::BpeTokenizer* tokenizer,
                                        const std::vector<GenerationRequest>& requests,
                                        const StreamCallback& on_event = nullptr, GeneratorOptions options = {});

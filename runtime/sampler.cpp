@@ -1,5 +1,5 @@
-// runtime/sampler.cpp: logits processing in Hugging Face's order (repetition penalty,
-// temperature, top-k, top-p), then a draw from the remaining distribution.
+// runtime/sampler.cpp: logits processing in vLLM's order (logit bias, the penalties, then
+// Hugging Face's temperature, top-k, top-p, min-p), then a draw from what remains.
 #include "lorakv/runtime/sampler.h"
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 
 namespace lorakv::runtime {
 
-void validate(const SamplingOptions& o) {
+void validate(const SamplingOptions& o, int64_t vocab_size) {
   auto bad = [](const char* key, const std::string& expected, double found) {
     throw ConfigError("invalid sampling option", {"", key, expected, std::to_string(found), ""});
   };
@@ -19,6 +19,17 @@ void validate(const SamplingOptions& o) {
   if (!(o.top_p > 0.0 && o.top_p <= 1.0)) bad("top_p", "in (0, 1]", o.top_p);
   if (!(o.repetition_penalty > 0.0) || !std::isfinite(o.repetition_penalty)) {
     bad("repetition_penalty", "> 0 (1 is off)", o.repetition_penalty);
+  }
+  if (!(o.min_p >= 0.0 && o.min_p <= 1.0)) bad("min_p", "in [0, 1] (0 keeps all)", o.min_p);
+  if (!(std::fabs(o.presence_penalty) <= 2.0)) bad("presence_penalty", "in [-2, 2]", o.presence_penalty);
+  if (!(std::fabs(o.frequency_penalty) <= 2.0)) bad("frequency_penalty", "in [-2, 2]", o.frequency_penalty);
+  for (const auto& [token, bias] : o.logit_bias) {
+    if (token < 0 || (vocab_size > 0 && token >= vocab_size)) {
+      throw ConfigError("logit_bias names a token outside the vocabulary",
+                        {"", "logit_bias", vocab_size > 0 ? "ids 0.." + std::to_string(vocab_size - 1) : "ids >= 0",
+                         std::to_string(token), ""});
+    }
+    if (!(std::fabs(bias) <= 100.0)) bad("logit_bias", "biases in [-100, 100]", bias);
   }
 }
 
@@ -43,29 +54,22 @@ int64_t arg_max(const float* x, int64_t n) {
 // token's log-probability, and greedy's argmax) are ATen's vectorised ones: as scalar
 // loops (a double exp per vocabulary entry) they cost about 0.3 ms per token, most of a
 // batched decode step's host work when many replies share a step.
-SampledToken Sampler::sample(const at::Tensor& logits_in, const std::vector<int32_t>& context) {
+SampledToken Sampler::sample(const at::Tensor& logits_in, const std::vector<int32_t>& context, size_t reply_start) {
   LORAKV_ASSERT(logits_in.dim() == 1 && logits_in.scalar_type() == at::kFloat, "logits must be float32 [vocab]");
   const at::Tensor logits = logits_in.contiguous();
   const float* raw = logits.data_ptr<float>();
   const int64_t vocab = logits.size(0);
   // The chosen token's log-probability needs only the normaliser, not a full log_softmax.
   const double log_normaliser = at::logsumexp(logits, 0).item<double>();
-  const bool modifies_logits = options_.repetition_penalty != 1.0 || options_.temperature != 0.0;
+  const bool modifies_logits = options_.repetition_penalty != 1.0 || options_.temperature != 0.0 ||
+                               options_.presence_penalty != 0.0 || options_.frequency_penalty != 0.0 ||
+                               !options_.logit_bias.empty();
   std::vector<float> work;
   const float* x = raw;
   if (modifies_logits) {
     work.assign(raw, raw + vocab);
+    adjust(work, context, reply_start);
     x = work.data();
-  }
-  if (options_.repetition_penalty != 1.0 && !context.empty()) {
-    std::vector<bool> seen(static_cast<size_t>(vocab), false);
-    const auto penalty = static_cast<float>(options_.repetition_penalty);
-    for (int32_t t : context) {
-      if (t < 0 || t >= vocab || seen[static_cast<size_t>(t)]) continue;
-      seen[static_cast<size_t>(t)] = true;
-      float& p = work[static_cast<size_t>(t)];
-      p = p > 0 ? p / penalty : p * penalty;
-    }
   }
   int64_t token = 0;
   if (options_.temperature == 0.0) {
@@ -74,6 +78,31 @@ SampledToken Sampler::sample(const at::Tensor& logits_in, const std::vector<int3
     token = draw(work);
   }
   return {static_cast<int32_t>(token), static_cast<double>(raw[token]) - log_normaliser};
+}
+
+void Sampler::adjust(std::vector<float>& x, const std::vector<int32_t>& context, size_t reply_start) const {
+  const auto vocab = static_cast<int64_t>(x.size());
+  for (const auto& [token, bias] : options_.logit_bias) {
+    if (token < vocab) x[static_cast<size_t>(token)] += static_cast<float>(bias);
+  }
+  if (options_.repetition_penalty != 1.0 && !context.empty()) {
+    std::vector<bool> seen(static_cast<size_t>(vocab), false);
+    const auto penalty = static_cast<float>(options_.repetition_penalty);
+    for (int32_t t : context) {
+      if (t < 0 || t >= vocab || seen[static_cast<size_t>(t)]) continue;
+      seen[static_cast<size_t>(t)] = true;
+      float& p = x[static_cast<size_t>(t)];
+      p = p > 0 ? p / penalty : p * penalty;
+    }
+  }
+  if (options_.presence_penalty == 0.0 && options_.frequency_penalty == 0.0) return;
+  std::map<int32_t, int64_t> counts;  // the reply's tokens: a few hundred at most
+  for (size_t i = std::min(reply_start, context.size()); i < context.size(); ++i) {
+    if (context[i] >= 0 && context[i] < vocab) ++counts[context[i]];
+  }
+  for (const auto& [t, n] : counts) {
+    x[static_cast<size_t>(t)] -= static_cast<float>(options_.presence_penalty + options_.frequency_penalty * static_cast<double>(n));
+  }
 }
 
 int64_t Sampler::draw(std::vector<float>& x) {
@@ -109,6 +138,16 @@ int64_t Sampler::draw(std::vector<float>& x) {
     }
     keep = i + 1;
     total *= mass;  // renormalise over the prefix
+  }
+  if (options_.min_p > 0.0) {
+    // Tokens below min_p times the likeliest's probability go. They are the least likely,
+    // so a stable partition keeps the ordered prefix's kept part at the front, in order.
+    const float cut = peak + static_cast<float>(std::log(options_.min_p));
+    const auto kept_end = std::stable_partition(order.begin(), order.begin() + keep, [&](int32_t t) { return x[t] >= cut; });
+    keep = std::max<int64_t>(1, kept_end - order.begin());
+    sorted = std::min(sorted, keep);
+    total = 0;
+    for (int64_t i = 0; i < keep; ++i) total += std::exp(static_cast<double>(x[order[i]] - peak));
   }
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   const double u = uniform(rng_);

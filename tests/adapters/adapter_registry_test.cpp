@@ -341,7 +341,7 @@ void pin(AdapterRegistry& reg, const RaceAdapters& ad, unsigned seed, const std:
 runtime::GenerationRequest race_request() {
   runtime::GenerationRequest req;
   req.prompt = {1, 9690, 198, 2683, 359, 253};
-  req.max_new_tokens = 3;
+  req.max_tokens = 3;
   return req;
 }
 

@@ -247,7 +247,7 @@ TEST_F(PeftParity, GeneratorDecodesMixedBatchesAsPeft) {
     std::vector<runtime::GenerationRequest> requests(refs->size());
     for (size_t i = 0; i < refs->size(); ++i) {
       requests[i].prompt = (*refs)[i].prompt;
-      requests[i].max_new_tokens = kTokens;
+      requests[i].max_tokens = kTokens;
       requests[i].adapter = adapter_of((*refs)[i]);
     }
     const auto out = runtime::generate(*model_, nullptr, requests);

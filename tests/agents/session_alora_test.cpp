@@ -66,7 +66,7 @@ TEST(SessionAlora, AgentTurnIsAdaptedFromItsHeaderOn) {
     runtime::GenerationRequest req;
     req.prompt = prompt;
     req.adapter = alora;
-    req.max_new_tokens = static_cast<int64_t>(reply.tokens.size());
+    req.max_tokens = static_cast<int64_t>(reply.tokens.size());
     const std::vector<runtime::GenerationOutput> ref = runtime::generate(*model, nullptr, {req});
     EXPECT_EQ(reply.tokens, ref[0].tokens) << reply.text;
     // The turn joined the trajectory after the header; the standard agent then takes its turn.

@@ -201,7 +201,7 @@ TEST_F(Sessions, StreamingStopStringsAndAllowedPrefixes) {
   t->append("system", kSystem);
   t->append("user", kQuestion);
   GenerateOptions stop = tokens(24);
-  stop.stop = {"Action"};
+  stop.stop_strings = {"Action"};
   const Reply stopped = t->generate("planner", stop);
   EXPECT_EQ(stopped.end, ReplyEnd::kStopString);
   EXPECT_EQ(stopped.text.find("Action"), std::string::npos) << stopped.text;

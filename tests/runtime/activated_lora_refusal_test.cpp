@@ -47,7 +47,7 @@ TEST(EngineActivatedLora, IsRefusedOutsideTheEngine) {
   ASSERT_TRUE(alora->activated());
   GenerationRequest r;
   r.prompt = {1, 5, 6, 7};
-  r.max_new_tokens = 2;
+  r.max_tokens = 2;
   r.adapter = alora;
   GeneratorOptions options;
   options.use_cache = false;

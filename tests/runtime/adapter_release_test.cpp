@@ -28,7 +28,7 @@ TEST(AdapterRelease, FactorsGoOnceTheStacksAreForgotten) {
     std::vector<GenerationRequest> requests(3);
     for (size_t i = 0; i < 3; ++i) {
       requests[i].prompt = {1, static_cast<int32_t>(2 + i), 5};
-      requests[i].max_new_tokens = 3;
+      requests[i].max_tokens = 3;
       requests[i].adapter = adapters[i];
     }
     (void)generate(model, nullptr, requests);

@@ -307,7 +307,7 @@ TEST_F(EngineAlora, PrivateWorkWithoutTheInvocationIsRefused) {
 TEST_F(EngineAlora, GeneratorRunsThePromptFromItsInvocation) {
   GenerationRequest req;
   req.prompt = {1, 2, 5, 6, 3, 4, 5, 6, 30};
-  req.max_new_tokens = 3;
+  req.max_tokens = 3;
   req.adapter = agents_[0].alora;
   const std::vector<GenerationOutput> out = generate(model(), nullptr, {req});
   ASSERT_EQ(out[0].tokens.size(), 3u);

@@ -181,7 +181,7 @@ TEST_F(EngineReuse, GenerateComputesIdenticalPromptsOnce) {
   std::vector<GenerationRequest> requests(4);
   for (GenerationRequest& r : requests) {
     r.prompt = seq_tokens(40, 2);
-    r.max_new_tokens = 5;
+    r.max_tokens = 5;
   }
   DriverStats stats;
   GeneratorOptions options;

@@ -20,7 +20,7 @@ GenerationRequest request() {
   std::mt19937 rng(3);
   GenerationRequest r;
   for (int64_t i = 0; i < kPrompt; ++i) r.prompt.push_back(static_cast<int32_t>(rng() % 48));
-  r.max_new_tokens = kReply;
+  r.max_tokens = kReply;
   r.sampling.temperature = 1.0;  // sampled (seeded): a greedy tiny model soon repeats itself
   r.sampling.seed = 7;
   return r;

@@ -38,7 +38,7 @@ class Generator : public ::testing::Test {
   static GenerationRequest greedy_request(std::vector<std::string> stop_strings = {}) {
     GenerationRequest r;
     r.prompt = tok().encode(kPrompt);
-    r.max_new_tokens = kTokens;
+    r.max_tokens = kTokens;
     r.stop_strings = std::move(stop_strings);
     return r;
   }
@@ -112,10 +112,10 @@ TEST_F(Generator, StreamedTextAddsUpToTheFinalText) {
   const std::vector<GenerationOutput> out = generate(model(), &tok(), requests, [&](const StreamEvent& e) {
     EXPECT_LT(e.request, requests.size());
     EXPECT_EQ(finished[e.request], 0) << "an event after the request finished";
-    streamed[e.request] += e.text;
-    tokens[e.request].push_back(e.token);
+    streamed[e.request] += e.token.text;
+    tokens[e.request].push_back(e.token.token);
     ++events[e.request];
-    finished[e.request] += e.finished;
+    finished[e.request] += e.finished();
     return true;
   });
   ASSERT_EQ(out.size(), requests.size());
@@ -143,13 +143,13 @@ TEST_F(Generator, StreamedTextAddsUpToTheFinalText) {
 }
 
 TEST_F(Generator, TextEndingMidCharacterEndsWithAReplacementInOrder) {
-  // SmolLM2 spells most emoji as several byte tokens, so a sequence cut by max_new_tokens
+  // SmolLM2 spells most emoji as several byte tokens, so a sequence cut by max_tokens
   // can end inside a character: the streaming decoder then holds those bytes until the end,
   // when they are flushed, as one U+FFFD, through the stop-string filter after the text it
   // holds back.
   GenerationRequest r = greedy_request();
   r.prompt = tok().encode("I love pizza \xF0\x9F\x8D\x95\xF0\x9F\x8D\x95 and burgers \xF0\x9F\x8D\x94");
-  r.max_new_tokens = 8;
+  r.max_tokens = 8;
   const std::vector<int32_t> greedy = generate(model(), &tok(), {r})[0].tokens;
   // The first k where the text so far ends inside a character, after a complete one.
   formats::StreamingDecoder decoder(tok(), /*render_special=*/false);
@@ -163,7 +163,7 @@ TEST_F(Generator, TextEndingMidCharacterEndsWithAReplacementInOrder) {
   size_t last = complete.size() - 1;  // start of the last complete character
   while (last > 0 && (static_cast<unsigned char>(complete[last]) & 0xC0) == 0x80) --last;
   // A stop string that begins with that character, so the filter holds it back to the end.
-  r.max_new_tokens = static_cast<int64_t>(k);
+  r.max_tokens = static_cast<int64_t>(k);
   r.stop_strings = {complete.substr(last) + "\x01"};
   const std::vector<int32_t> first_k(greedy.begin(), greedy.begin() + static_cast<std::ptrdiff_t>(k));
   const GenerationOutput out = generate(model(), &tok(), {r})[0];
@@ -181,7 +181,7 @@ TEST_F(Generator, TextEndingMidCharacterEndsWithAReplacementInOrder) {
 // seed, shared one generator between requests or fell back to greedy would fail).
 TEST_F(Generator, SameSeedSameTokensThroughGenerate) {
   GenerationRequest r = greedy_request();
-  r.max_new_tokens = 8;
+  r.max_tokens = 8;
   r.sampling.temperature = 1.0;
   r.sampling.seed = 42;
   const std::vector<int32_t> a = generate(model(), &tok(), {r})[0].tokens;

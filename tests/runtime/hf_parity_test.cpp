@@ -278,7 +278,7 @@ TEST_F(HfParity, BatchedGreedyGeneratorMatchesEachPromptAlone) {
   for (size_t i = 0; i < prompts_.size(); ++i) {
     ASSERT_GE(prompts_[i].greedy_ids.size(), 16u) << prompts_[i].name;
     requests[i].prompt = prompts_[i].ids;
-    requests[i].max_new_tokens = 16;
+    requests[i].max_tokens = 16;
   }
   std::vector<GenerationOutput> result = generate(*model_, nullptr, requests);
   for (size_t i = 0; i < prompts_.size(); ++i) {

@@ -1,6 +1,7 @@
 // tests/runtime/sampler_test.cpp: runtime::Sampler on hand-made logits: reproducibility per
 // seed, greedy and top-k=1 as argmax, temperature, top-p truncation, Hugging Face's
-// repetition penalty, raw log-probabilities, and option validation.
+// repetition penalty, logit bias, presence and frequency penalties, min-p, raw
+// log-probabilities, and option validation.
 //
 // Distribution tests draw N tokens and compare each token's frequency f with the expected
 // probability q computed here in double from the definitions (never from the sampler).
@@ -296,6 +297,13 @@ TEST(Sampler, InvalidOptionsNameTheOption) {
   for (double r : {0.0, -1.0, nan, inf}) {
     cases.push_back({"repetition_penalty", with([&](SamplingOptions& o) { o.repetition_penalty = r; })});
   }
+  for (double m : {-0.1, 1.5, nan}) cases.push_back({"min_p", with([&](SamplingOptions& o) { o.min_p = m; })});
+  for (double p : {-2.5, 2.01, nan}) {
+    cases.push_back({"presence_penalty", with([&](SamplingOptions& o) { o.presence_penalty = p; })});
+    cases.push_back({"frequency_penalty", with([&](SamplingOptions& o) { o.frequency_penalty = p; })});
+  }
+  cases.push_back({"logit_bias", with([](SamplingOptions& o) { o.logit_bias[3] = 100.5; })});
+  cases.push_back({"logit_bias", with([](SamplingOptions& o) { o.logit_bias[-1] = 1.0; })});
   for (const Case& c : cases) {
     try {
       Sampler s(c.options);
@@ -312,7 +320,83 @@ TEST(Sampler, InvalidOptionsNameTheOption) {
   edge.top_k = 0;
   edge.top_p = 1.0;
   edge.repetition_penalty = 1.0;
-  EXPECT_NO_THROW(validate(edge));
+  edge.min_p = 1.0;
+  edge.presence_penalty = -2.0;
+  edge.frequency_penalty = 2.0;
+  edge.logit_bias[9] = -100.0;
+  EXPECT_NO_THROW(validate(edge, 10));
+  // A logit-bias id is checked against the vocabulary when its size is known.
+  try {
+    validate(edge, 9);
+    ADD_FAILURE() << "id 9 in a 9-token vocabulary passed";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.context().key, "logit_bias");
+    EXPECT_EQ(e.context().found, "9");
+  }
+}
+
+TEST(Sampler, LogitBiasMovesGreedyAndSampling) {
+  const std::vector<double> raw = log_of(kProbs);  // token 1 is the argmax (0.40)
+  SamplingOptions greedy;
+  greedy.logit_bias[2] = 3.0;  // 0.04 * e^3 = 0.80 > 0.40: token 2 now wins
+  EXPECT_EQ(Sampler(greedy).sample(logits_of(raw), {}).token, 2);
+  greedy.logit_bias[2] = 2.0;  // 0.04 * e^2 = 0.30 < 0.40: token 1 still wins
+  EXPECT_EQ(Sampler(greedy).sample(logits_of(raw), {}).token, 1);
+  // -100 bans a token from sampling (e^-100 of its mass is left), and the sampled
+  // distribution is the softmax of the biased logits, computed here in double.
+  SamplingOptions o;
+  o.temperature = 1.0;
+  o.seed = 5;
+  o.logit_bias[1] = -100.0;
+  o.logit_bias[4] = 1.0;
+  std::vector<double> biased = raw;
+  biased[1] -= 100.0;
+  biased[4] += 1.0;
+  expect_matches(frequencies(o, raw), softmax(biased));
+  // The reported log-probability stays the model's own.
+  Sampler s(o);
+  const SampledToken t = s.sample(logits_of(raw), {});
+  EXPECT_NEAR(t.logprob, std::log(kProbs[static_cast<size_t>(t.token)]), 1e-5);
+}
+
+TEST(Sampler, PresenceAndFrequencyPenaltiesReadOnlyTheReply) {
+  // OpenAI's rule: logit - presence * [count > 0] - frequency * count, over the reply's
+  // tokens (context[reply_start:]); the prompt's tokens are not penalised.
+  const std::vector<double> raw = {2.0, 1.9, 0.0, 1.5};
+  SamplingOptions o;
+  o.presence_penalty = 0.05;
+  o.frequency_penalty = 0.1;
+  // Token 0 is in the prompt only: no penalty, greedy keeps it.
+  EXPECT_EQ(Sampler(o).sample(logits_of(raw), {0, 0, 0}, /*reply_start=*/3).token, 0);
+  // Token 0 once in the reply: 2.0 - 0.05 - 0.1 = 1.85 < 1.9: token 1 wins.
+  EXPECT_EQ(Sampler(o).sample(logits_of(raw), {0, 0, 0}, /*reply_start=*/2).token, 1);
+  // Token 0 three times in the reply and token 1 once: 2.0 - 0.35 = 1.65 against 1.9 - 0.15
+  // = 1.75: token 1 wins; with a negative frequency penalty repeats are encouraged instead.
+  EXPECT_EQ(Sampler(o).sample(logits_of(raw), {0, 1, 0, 0}, 0).token, 1);
+  o.frequency_penalty = -0.1;
+  EXPECT_EQ(Sampler(o).sample(logits_of(raw), {1, 3}, 0).token, 0);     // 1.9 - 0.05 + 0.1 = 1.95 < 2.0
+  EXPECT_EQ(Sampler(o).sample(logits_of(raw), {1, 1, 3}, 0).token, 1);  // 1.9 - 0.05 + 0.2 = 2.05 > 2.0
+}
+
+TEST(Sampler, MinPKeepsTokensAboveAFractionOfTheLikeliest) {
+  // min_p = 0.3 of the likeliest (0.40) keeps tokens with p >= 0.12: 0.40, 0.25 and 0.15,
+  // renormalised; the others are never drawn.
+  SamplingOptions o;
+  o.temperature = 1.0;
+  o.min_p = 0.3;
+  o.seed = 11;
+  std::vector<double> expected(kProbs.size(), 0.0);
+  const double kept = 0.40 + 0.25 + 0.15;
+  for (size_t t = 0; t < kProbs.size(); ++t) {
+    if (kProbs[t] >= 0.12) expected[t] = kProbs[t] / kept;
+  }
+  expect_matches(frequencies(o, log_of(kProbs)), expected);
+  // After top-p: top_p = 0.5 keeps 0.40 and 0.25; min_p = 0.7 (p >= 0.28) then keeps 0.40.
+  o.top_p = 0.5;
+  o.min_p = 0.7;
+  std::vector<double> only_first(kProbs.size(), 0.0);
+  only_first[1] = 1.0;
+  expect_matches(frequencies(o, log_of(kProbs)), only_first);
 }
 
 }  // namespace

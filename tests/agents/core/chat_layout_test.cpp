@@ -1,6 +1,5 @@
 // tests/agents/core/chat_layout_test.cpp: the session layout's ids against the table of
-// tools/agentic_qa/README.md (llama.cpp's tokenizer on the same GGUF), and the prefix
-// constraint on the real vocabulary.
+// tools/agentic_qa/README.md (llama.cpp's tokenizer on the same GGUF).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +11,6 @@
 #include <vector>
 
 #include "lorakv/agents/chat_layout.h"
-#include "lorakv/agents/output_prefixes.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/formats/gguf_file.h"
 #include "lorakv/formats/tokenizer_gguf.h"
@@ -88,56 +86,6 @@ TEST_F(AgentsVocabulary, TurnNamesThatWouldBreakTheLayoutAreRefused) {
   EXPECT_THROW(layout.header(""), ConfigError);
   EXPECT_THROW(layout.header("planner\nuser"), ConfigError);
   EXPECT_THROW(layout.header("x<|im_end|>"), ConfigError);
-}
-
-// Random walks through the allowed tokens: every walk ends on one of the prefixes (or past
-// it), and each allowed set holds only tokens that keep the text on a prefix.
-TEST_F(AgentsVocabulary, PrefixConstraintSpellsOnlyTheGivenPrefixes) {
-  const std::vector<std::string> prefixes = {"Lookup[", "Calculate[", "Finish["};
-  std::mt19937 rng(7);
-  std::map<std::string, int> reached;
-  for (int walk = 0; walk < 60; ++walk) {
-    OutputPrefixes constraint(tokenizer(), prefixes);
-    int steps = 0;
-    while (constraint.active()) {
-      const std::vector<int32_t> allowed = constraint.allowed();
-      ASSERT_FALSE(allowed.empty());
-      constraint.accept(allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)]);
-      ASSERT_LT(++steps, 16) << "a walk did not reach a prefix: " << constraint.text();
-    }
-    const std::string& text = constraint.text();
-    bool on_prefix = false;
-    for (const std::string& p : prefixes) {
-      if (text.compare(0, p.size(), p) == 0) {
-        on_prefix = true;
-        ++reached[p];
-      }
-    }
-    EXPECT_TRUE(on_prefix) << text;
-  }
-  EXPECT_EQ(reached.size(), prefixes.size()) << "some prefix was never reached in 60 walks";
-  // The first step allows single letters and whole words, never another word.
-  OutputPrefixes first(tokenizer(), prefixes);
-  const std::vector<int32_t> allowed = first.allowed();
-  auto allows = [&](const std::string& piece) {
-    const std::optional<int32_t> id = tokenizer().token_id(piece);
-    return id && std::find(allowed.begin(), allowed.end(), *id) != allowed.end();
-  };
-  EXPECT_TRUE(allows("L"));
-  EXPECT_TRUE(allows("Look"));
-  EXPECT_TRUE(allows("F"));
-  EXPECT_TRUE(allows("C"));
-  EXPECT_FALSE(allows("Thought"));
-  EXPECT_FALSE(allows("<|im_end|>"));
-}
-
-TEST_F(AgentsVocabulary, PrefixConstraintEndsOnceAWholePrefixIsWritten) {
-  OutputPrefixes constraint(tokenizer(), {"Finish["});
-  EXPECT_TRUE(constraint.active());
-  for (int32_t id : tokenizer().encode("Finish[26]")) constraint.accept(id);
-  EXPECT_FALSE(constraint.active());
-  EXPECT_FALSE(OutputPrefixes(tokenizer(), {}).active());
-  EXPECT_THROW(OutputPrefixes(tokenizer(), {"Lookup[", ""}), ConfigError);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ TEST(ConfigDefaults, AgentAndGenerateOptions) {
   EXPECT_EQ(mine.sampling.top_p, api.sampling.top_p);
   EXPECT_EQ(mine.sampling.repetition_penalty, api.sampling.repetition_penalty);
   EXPECT_EQ(mine.sampling.seed, api.sampling.seed);
-  EXPECT_EQ(mine.stop, api.stop);
+  EXPECT_EQ(mine.stop_strings, api.stop_strings);
   EXPECT_EQ(mine.allowed_prefixes, api.allowed_prefixes);
   EXPECT_NO_THROW(runtime::validate(mine.sampling));
 }

@@ -1,4 +1,4 @@
-// agents/output_prefixes.h: constrains a reply to start with one of given prefixes
+// runtime/output_prefixes.h: constrains a reply to start with one of given prefixes
 // ("Lookup[", "Calculate[", "Finish["), whatever tokens spell it: while the text so far
 // has not covered a whole prefix, only tokens whose text keeps it on some prefix (as its
 // start, or running past a whole one) may come next. Special tokens and tokens with no
@@ -11,7 +11,7 @@
 
 #include "lorakv/formats/bpe_tokenizer.h"
 
-namespace lorakv::agents {
+namespace lorakv::runtime {
 
 class OutputPrefixes {
  public:
@@ -35,4 +35,4 @@ class OutputPrefixes {
   std::string text_;  // decoded bytes so far
 };
 
-}  // namespace lorakv::agents
+}  // namespace lorakv::runtime

@@ -1,9 +1,9 @@
-// agents/output_prefixes.cpp: the allowed-token set of a prefix constraint.
-#include "lorakv/agents/output_prefixes.h"
+// runtime/output_prefixes.cpp: the allowed-token set of a prefix constraint.
+#include "lorakv/runtime/output_prefixes.h"
 
 #include "lorakv/common/errors.h"
 
-namespace lorakv::agents {
+namespace lorakv::runtime {
 
 namespace {
 
@@ -55,4 +55,4 @@ std::vector<int32_t> OutputPrefixes::allowed() const {
 
 void OutputPrefixes::accept(int32_t token) { text_ += tokenizer_.token_piece(token, /*render_special=*/false); }
 
-}  // namespace lorakv::agents
+}  // namespace lorakv::runtime
