@@ -67,6 +67,8 @@ std::shared_ptr<const Adapter> load_gguf_lora(const std::string& name, const std
   std::unique_ptr<formats::GgufFile> file;
   try {
     file = formats::GgufFile::open(path);
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     throw AdapterLoadError(e.message(), e.context());
   }
@@ -121,6 +123,8 @@ std::shared_ptr<const Adapter> load_gguf_lora(const std::string& name, const std
     try {
       a = read_f32(*ab.first);
       b = read_f32(*ab.second);
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       throw AdapterLoadError(e.message(), e.context());
     }

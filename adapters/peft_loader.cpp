@@ -54,6 +54,8 @@ std::shared_ptr<const Adapter> load_peft_adapter(const std::string& name, const 
     st = formats::SafetensorsFile::open(weights_path);
   } catch (const AdapterLoadError&) {
     throw;
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     ErrorContext c = e.context();
     if (c.file.empty()) c.file = config_path;
@@ -117,6 +119,8 @@ std::shared_ptr<const Adapter> load_peft_adapter(const std::string& name, const 
       try {
         a = read_f32(*a_info);
         b = read_f32(*b_info);
+      } catch (const InternalError&) {  // a bug stays one
+        throw;
       } catch (const Error& e) {
         throw AdapterLoadError(e.message(), e.context());
       }

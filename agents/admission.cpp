@@ -38,8 +38,15 @@ void add_to(Reservation& total, const Reservation& r, int64_t sign) {
   for (const auto& [rank, blocks] : r.residual_blocks) total.residual_blocks[rank] += sign * blocks;
 }
 
+}  // namespace
+
 // A waiting call ends without running: its replies say why, nothing was appended.
-void resolve_unstarted(WaitingStart& call, ReplyEnd end) {
+void RuntimeCore::resolve_unstarted(WaitingStart& call, ReplyEnd end) {
+  if (call.alone && call.alone->request) {
+    call.alone->reply.end = end;
+    call.alone->ended = true;
+    return request_reply_ended(call.alone);
+  }
   std::vector<Reply> replies;
   for (const std::string& agent : call.agents) {
     Reply r;
@@ -54,15 +61,18 @@ void resolve_unstarted(WaitingStart& call, ReplyEnd end) {
   }
 }
 
-void fail_unstarted(WaitingStart& call, std::exception_ptr error) {
+void RuntimeCore::fail_unstarted(WaitingStart& call, std::exception_ptr error) {
+  if (call.alone && call.alone->request) {
+    call.alone->error = error;
+    call.alone->ended = true;
+    return request_reply_ended(call.alone);
+  }
   if (call.group) {
     call.group->promise.set_exception(error);
   } else {
     call.alone->promise.set_exception(error);
   }
 }
-
-}  // namespace
 
 Reservation RuntimeCore::reservation_for(const SessionState& s) const {
   const int64_t block_size = engine->options().block_size;
@@ -171,10 +181,19 @@ void RuntimeCore::expire_waiting(Clock::time_point now) {
 
 std::optional<Clock::time_point> RuntimeCore::next_deadline() {
   std::optional<Clock::time_point> next;
-  for (const WaitingStart& call : waiting) {
-    if (call.options.timeout.count() <= 0) continue;
-    const Clock::time_point at = call.started + call.options.timeout;
+  auto consider = [&](Clock::time_point at) {
     if (!next || at < *next) next = at;
+  };
+  for (const WaitingStart& call : waiting) {
+    if (call.options.timeout.count() > 0) consider(call.started + call.options.timeout);
+  }
+  // Paused replies (no step runs them) still end at their deadline or when they stall.
+  for (const auto& [id, s] : sessions) {
+    for (const std::shared_ptr<Generation>& g : s.in_flight) {
+      if (g->ended) continue;
+      if (g->deadline) consider(*g->deadline);
+      if (g->request) consider(g->paused_since.value_or(Clock::now()) + g->request->options.stall_timeout);
+    }
   }
   return next;
 }

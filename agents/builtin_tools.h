@@ -27,7 +27,7 @@ inline constexpr const char* kNoDocumentFound = "No document found.";
 class CalculationError : public Error {
  public:
   explicit CalculationError(const std::string& message, ErrorContext context = {})
-      : Error("calculation error", message, std::move(context)) {}
+      : Error(ErrorCode::kCalculation, "calculation error", message, std::move(context)) {}
 };
 
 // A document store that cannot be built: a file that cannot be read, a line that is not a
@@ -36,7 +36,7 @@ class CalculationError : public Error {
 class DocumentStoreError : public Error {
  public:
   explicit DocumentStoreError(const std::string& message, ErrorContext context = {})
-      : Error("document store error", message, std::move(context)) {}
+      : Error(ErrorCode::kDocumentStore, "document store error", message, std::move(context)) {}
 };
 
 // `Calculate[a op b]`: the whitespace-separated "a op b" with a and b integers (any length:

@@ -48,6 +48,8 @@ ModelHeader read_model_header(const SessionConfig& c) {
     return header;
   } catch (const config::ConfigFileError&) {
     throw;
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     throw c.error_at("model.path", e.what(), hint);
   }
@@ -59,12 +61,16 @@ void check_turn_headers(const SessionConfig& c, const formats::BpeTokenizer& tok
   std::unique_ptr<ChatLayout> layout;
   try {
     layout = std::make_unique<ChatLayout>(tokenizer);
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     throw c.error_at("model.path", e.what(), "sessions need a chat model with <|im_start|> and <|im_end|>");
   }
   for (const config::AgentSection& agent : c.agents) {
     try {
       (void)layout->header(agent.name);
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       throw c.error_at("agents." + agent.name, e.what(), "a turn name is plain text, the role the adapter was trained on");
     }
@@ -78,6 +84,8 @@ std::vector<std::shared_ptr<const adapters::Adapter>> load_adapters(const Sessio
   for (const config::AdapterSection& a : c.adapters) {
     try {
       loaded.push_back(adapters::load_adapter(a.name, a.path, shape, options));
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       throw c.error_at("adapters." + a.name, e.what(), "the adapter must be trained for this model");
     }
@@ -99,11 +107,15 @@ void check_sharing_mode(const SessionConfig& c, const std::vector<std::shared_pt
     }
     try {
       if (adapter) check_turn_invokes(layout, agent.name, agent.private_instruction(), *adapter);
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       throw c.error_at("agents." + agent.name + ".adapter", e.what(), e.context().hint);
     }
     try {
       runtime::check_reader(mode, adapter, earlier);
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       const std::string mode_at = config::format_location(c.source, c.marks.at("cache.mode"));
       throw c.error_at("agents." + agent.name + ".adapter", e.what(),

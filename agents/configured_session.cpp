@@ -74,6 +74,8 @@ std::shared_ptr<Session> open_configured_session(Runtime& rt, const config::Sess
     if (std::find(loaded.begin(), loaded.end(), a.name) != loaded.end()) continue;
     try {
       rt.load_adapter(a.name, a.path);
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       throw c.error_at("adapters." + a.name, e.what());
     }
@@ -82,6 +84,8 @@ std::shared_ptr<Session> open_configured_session(Runtime& rt, const config::Sess
   for (const config::AgentSection& a : c.agents) {
     try {
       session->add_agent(agent_options(a));
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       throw c.error_at("agents." + a.name + ".adapter", e.what(), "choose another cache.mode, or another adapter");
     }

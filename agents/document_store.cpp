@@ -78,6 +78,8 @@ DocumentStore DocumentStore::from_jsonl(const std::string& path) {
     formats::JsonValue record;
     try {
       record = formats::parse_json(lines[i], options);
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       throw DocumentStoreError("a line is not valid JSON: " + e.message(), {path, where});
     }

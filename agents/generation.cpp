@@ -48,10 +48,14 @@ std::shared_ptr<Generation> prepare(RuntimeCore& core, SessionState& s, int64_t 
   g->agent = name;
   g->reader = a.reader;
   g->options = options;
-  g->header = core.layout->header(name);
-  if (!a.options.instruction.empty()) g->suffix = core.layout->turn("system", a.options.instruction);
-  g->has_instruction = !g->suffix.empty();
-  g->suffix.insert(g->suffix.end(), g->header.begin(), g->header.end());
+  if (g->raw_suffix) {  // a completion request: the reply continues the prompt, no header
+    g->suffix = *g->raw_suffix;
+  } else {
+    g->header = core.layout->header(name);
+    if (!a.options.instruction.empty()) g->suffix = core.layout->turn("system", a.options.instruction);
+    g->has_instruction = !g->suffix.empty();
+    g->suffix.insert(g->suffix.end(), g->header.begin(), g->header.end());
+  }
   const std::vector<int32_t>& trajectory = core.engine->context_tokens(s.context);
   const auto used = static_cast<int64_t>(trajectory.size() + g->suffix.size());
   const int64_t limit = core.engine->context_limit(s.context);
@@ -112,6 +116,7 @@ void RuntimeCore::start(int64_t session_id, const std::vector<std::string>& name
       it->second.stats.tokens_processed += out.tokens_processed;
       it->second.stats.prefix_hit_tokens += out.prefix_hit_tokens;
     };
+    job.paused = [raw = g.get()] { return raw->request && raw->request->channel->full(); };
     job.priority = s.options.priority;
     job.group = session_id;
     job.group_token_cap = s.options.max_tokens_per_step;
@@ -142,6 +147,7 @@ std::optional<int32_t> RuntimeCore::on_logits(Generation& g, const at::Tensor& l
     if (g.options.top_logprobs > 0) r.top_logprobs.push_back(t.top);
   }
   r.text += t.text;
+  if (g.request) request_token(g, t);
   if (!t.text.empty() && g.options.on_text && !g.options.on_text(t.text)) decoder.stop(runtime::FinishReason::kCallback);
   if (!decoder.done()) return t.token;
   r.end = reply_end(*decoder.finish());
@@ -178,7 +184,7 @@ void RuntimeCore::finish(SessionState* s, const std::shared_ptr<Generation>& g) 
   auto agent = s->agents.find(g->agent);
   const bool present = agent != s->agents.end() && !engine->has_left(g->reader);
   if (agent != s->agents.end()) agent->second.busy = false;
-  if (present && !g->error && !g->forced_end) {
+  if (present && !g->error && !g->forced_end && g->appends) {
     commit(*s, *g);
     r.appended = true;
     ++s->stats.replies;
@@ -199,6 +205,7 @@ void RuntimeCore::on_ended(const std::shared_ptr<Generation>& g) {
   SessionState* s = it == sessions.end() ? nullptr : &it->second;
   if (!g->group) {
     finish(s, g);
+    if (g->request) return request_reply_ended(g);
     if (g->error) {
       g->promise.set_exception(g->error);
     } else {
@@ -252,7 +259,29 @@ bool RuntimeCore::has_work() {
     g->forced_end = ReplyEnd::kDeadline;
     driver->cancel(g->job);
   }
-  return driver->num_jobs() > 0;
+  end_stalled(now);
+  return driver->has_runnable_jobs();
+}
+
+void RuntimeCore::end_stalled(Clock::time_point now) {
+  std::vector<std::shared_ptr<Generation>> stalled;
+  for (auto& [id, s] : sessions) {
+    for (const std::shared_ptr<Generation>& g : s.in_flight) {
+      if (g->ended || !g->request) continue;
+      if (!g->request->channel->full()) {
+        g->paused_since.reset();
+      } else if (!g->paused_since) {
+        g->paused_since = now;
+      } else if (now - *g->paused_since >= g->request->options.stall_timeout) {
+        stalled.push_back(g);
+      }
+    }
+  }
+  for (const std::shared_ptr<Generation>& g : stalled) {
+    if (g->ended) continue;
+    g->forced_end = ReplyEnd::kStalled;
+    driver->cancel(g->job);
+  }
 }
 
 void RuntimeCore::fail_all(std::exception_ptr error) {

@@ -20,6 +20,7 @@ const char* reply_end_name(ReplyEnd end) {
     case ReplyEnd::kCallback: return "callback";
     case ReplyEnd::kCancelled: return "cancelled";
     case ReplyEnd::kDeadline: return "deadline";
+    case ReplyEnd::kStalled: return "stalled";
   }
   return "unknown";
 }
@@ -40,6 +41,15 @@ void check_options(const RuntimeOptions& o) {
 
 
 }  // namespace
+
+void check_session_options(const SessionOptions& options) {
+  if (options.max_tokens_per_step < 0) {
+    throw ConfigError("max_tokens_per_step must be 0 (no cap) or more", {"", "max_tokens_per_step"});
+  }
+  if (options.reserve_tokens < 0 || options.reserve_reply_tokens < 0) {
+    throw ConfigError("reserve_tokens and reserve_reply_tokens must be 0 or more", {"", "reserve_tokens"});
+  }
+}
 
 runtime::EngineOptions engine_options(const RuntimeOptions& o) {
   runtime::EngineOptions e;
@@ -152,12 +162,7 @@ std::vector<std::string> Runtime::adapters() const {
 }
 
 std::shared_ptr<Session> Runtime::open_session(const SessionOptions& options) {
-  if (options.max_tokens_per_step < 0) {
-    throw ConfigError("max_tokens_per_step must be 0 (no cap) or more", {"", "max_tokens_per_step"});
-  }
-  if (options.reserve_tokens < 0 || options.reserve_reply_tokens < 0) {
-    throw ConfigError("reserve_tokens and reserve_reply_tokens must be 0 or more", {"", "reserve_tokens"});
-  }
+  check_session_options(options);
   const int64_t id = core_->scheduler->call(
       [core = core_.get(), &options] {
         SessionState s;

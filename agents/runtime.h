@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "lorakv/adapters/adapter.h"
+#include "lorakv/agents/request.h"
 #include "lorakv/agents/session.h"
 #include "lorakv/agents/session_types.h"
 
@@ -51,6 +52,11 @@ class Runtime {
   // SessionFileError (truncated or corrupt file, another model or adapter, an unknown format
   // version), UnknownAdapterError, SessionCapacityError.
   std::shared_ptr<Session> restore_session(const std::string& path);
+
+  // One request, read through its handle on the caller's thread (agents/request.h). Checks
+  // the options here (ConfigError: bad rules, both or neither of messages and prompt, n out
+  // of 1..16); the engine thread's refusals arrive through RequestHandle::accepted().
+  std::shared_ptr<RequestHandle> submit(RequestOptions request);
 
   RuntimeStats stats() const;
   const RuntimeOptions& options() const;

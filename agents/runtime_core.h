@@ -3,7 +3,10 @@
 // on the engine thread only.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <deque>
 #include <cstdint>
 #include <future>
@@ -15,6 +18,7 @@
 
 #include "lorakv/adapters/adapter_registry.h"
 #include "lorakv/agents/chat_layout.h"
+#include "lorakv/agents/request.h"
 #include "lorakv/agents/scheduler.h"
 #include "lorakv/agents/session_types.h"
 #include "lorakv/formats/bpe_tokenizer.h"
@@ -35,6 +39,7 @@ struct AgentState {
 };
 
 struct GenerationGroup;
+struct RequestState;
 
 // One reply in flight.
 struct Generation {
@@ -55,9 +60,51 @@ struct Generation {
   std::exception_ptr error;
   bool ended = false;
   Reply reply;
+  // A request handle's reply (agents/request.h): its events go to the request's channel,
+  // it is never appended, and a completion request runs raw_suffix instead of a header.
+  std::shared_ptr<RequestState> request;
+  int64_t choice = 0;
+  std::optional<std::vector<int32_t>> raw_suffix;
+  std::optional<Clock::time_point> paused_since;  // its reader let the events pile up
+  bool appends = true;  // the reply joins the trajectory when it ends (not a request's)
   std::promise<Reply> promise;             // alone
   std::shared_ptr<GenerationGroup> group;  // or one of generate_all's
   size_t group_index = 0;
+};
+
+// The engine thread's side of a request handle: its sessions (one per reply: the first, and
+// forks of it), its replies, and what the caller's side reads (the channel).
+struct RequestState {
+  int64_t id = 0;
+  RequestOptions options;
+  std::vector<int32_t> prompt;  // the messages' turns, or the completion prompt (encoded by submit)
+  std::shared_ptr<RequestChannel> channel;
+  Clock::time_point submitted;
+  std::vector<int64_t> sessions;
+  std::vector<std::shared_ptr<Generation>> replies;
+  size_t ended = 0;
+  bool first_token = false;
+  RequestResult result;
+};
+
+// The caller's side of a request: its events, filled on the engine thread, taken by the
+// handle (agents/request.h) under the mutex.
+struct RequestChannel {
+  explicit RequestChannel(size_t capacity) : capacity(capacity) {}
+  // Engine thread.
+  void push(RequestEvent event);
+  void accept(std::exception_ptr refused = nullptr);
+  void finish(RequestResult result);  // queues kDone; result() from then on
+  bool full() const;                  // the reader has let `capacity` events pile up
+
+  const size_t capacity;
+  mutable std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<RequestEvent> events;
+  bool accepted = false;
+  std::exception_ptr refused;
+  std::optional<RequestResult> result;
+  bool done_taken = false;  // the reader took kDone
 };
 
 // generate_all's replies: appended in order once all have ended.
@@ -96,6 +143,9 @@ struct SessionState {
   Reservation reserved;
 };
 
+// Throws ConfigError for session options out of range (open_session and submit).
+void check_session_options(const SessionOptions& options);
+
 // The engine a Runtime with these options creates: pools, dtypes, rerotate, per-head token
 // sets (agents/runtime.cpp); also what the config check tests contexts against.
 runtime::EngineOptions engine_options(const RuntimeOptions& options);
@@ -126,7 +176,15 @@ struct RuntimeCore : StepSource {
   void update_reservation(SessionState& s);  // after agents join or leave an admitted session
   void release_reservation(SessionState& s);
   void end_waiting(int64_t session, ReplyEnd end);
+  // Request replies whose reader let the events pile up for stall_timeout end (kStalled).
+  void end_stalled(Clock::time_point now);
   void expire_waiting(Clock::time_point now);
+  // Request handles (request.cpp): open the request's sessions and start its replies (or
+  // refuse it through its channel), end it, and route a reply's tokens and end.
+  void open_request(const std::shared_ptr<RequestState>& request);
+  void cancel_request(int64_t id);
+  void request_token(Generation& g, const runtime::DecodedToken& token);
+  void request_reply_ended(const std::shared_ptr<Generation>& g);
   // "one of: a, b" / "none loaded": what an UnknownAdapterError lists.
   std::string loaded_adapters() const;
   // The model files' identity (agents/session_file.h), hashed once on first use.
@@ -144,12 +202,16 @@ struct RuntimeCore : StepSource {
   std::deque<WaitingStart> waiting;  // generate calls waiting for admission, in arrival order
   Reservation reserved_total;        // every admitted session's reservation
   int64_t admitted_sessions = 0, peak_admitted_sessions = 0;
+  std::map<int64_t, std::shared_ptr<RequestState>> requests;  // open request handles, by id
+  std::atomic<int64_t> next_request{0};                       // taken by submit on any thread
   // Last: started once everything above exists, stopped (in ~Runtime) before it goes.
   std::unique_ptr<Scheduler> scheduler;
 
  private:
   void commit(SessionState& s, Generation& g);
   void finish(SessionState* s, const std::shared_ptr<Generation>& g);
+  void resolve_unstarted(WaitingStart& call, ReplyEnd end);
+  void fail_unstarted(WaitingStart& call, std::exception_ptr error);
   Reservation reservation_for(const SessionState& s) const;
   Reservation capacity_for(const Reservation& wanted) const;  // the pools wanted uses
   bool try_admit(SessionState& s);

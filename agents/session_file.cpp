@@ -308,6 +308,8 @@ SessionFile read_session(const std::string& path) {
   std::unique_ptr<formats::SafetensorsFile> file;
   try {
     file = formats::SafetensorsFile::open(path);
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     throw SessionFileError("not a readable session file: " + e.message(), {path, "", "", "", "truncated or damaged?"});
   }
@@ -369,6 +371,8 @@ SessionFile read_session(const std::string& path) {
     if (f.rows.own.size() != f.agents.size()) d.fail("agents and their rows differ in number", "own");
     return f;
   } catch (const SessionFileError&) {
+    throw;
+  } catch (const InternalError&) {  // a bug stays one
     throw;
   } catch (const Error& e) {
     throw SessionFileError("a damaged session header: " + e.message(), {path, e.context().key});

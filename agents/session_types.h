@@ -93,6 +93,7 @@ enum class ReplyEnd {
   kCallback,    // on_text returned false
   kCancelled,   // Session::cancel, remove_agent or close: nothing was appended
   kDeadline,    // GenerateOptions::timeout passed: nothing was appended
+  kStalled,     // a request's reader left its events untaken for stall_timeout (agents/request.h)
 };
 const char* reply_end_name(ReplyEnd end);
 

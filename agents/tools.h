@@ -55,7 +55,7 @@ struct ToolResult {
 class ToolError : public Error {
  public:
   explicit ToolError(const std::string& message, ErrorContext context = {})
-      : Error("tool error", message, std::move(context)) {}
+      : Error(ErrorCode::kTool, "tool error", message, std::move(context)) {}
 };
 
 class ToolRegistry {

@@ -79,11 +79,11 @@ int report_error(const std::exception_ptr& error, std::ostream& err) {
   } catch (const UsageError& e) {
     err << "lorakv: " << e.what() << "\n";
     return kExitUsage;
+  } catch (const InternalError& e) {  // before Error: it is one
+    err << "lorakv: " << e.what() << " (" << kBugHint << ")\n";
   } catch (const Error& e) {
     err << "lorakv: " << e.what() << "\n";
     return kExitError;
-  } catch (const InternalError& e) {
-    err << "lorakv: " << e.what() << " (" << kBugHint << ")\n";
   } catch (const c10::Error& e) {
     // what() carries a C++ backtrace of dozens of lines; the message alone is what helps.
     err << "lorakv: unexpected libtorch error: " << e.what_without_backtrace() << " (" << kBugHint << ")\n";

@@ -20,7 +20,7 @@ namespace lorakv::cli {
 class UsageError : public ConfigError {
  public:
   explicit UsageError(const std::string& message, ErrorContext context = {})
-      : ConfigError("usage error", message, std::move(context)) {}
+      : ConfigError(ErrorCode::kUsage, "usage error", message, std::move(context)) {}
 };
 
 // The entry of `table` (items with a `name`) called `name`, or a UsageError naming `what`

@@ -173,6 +173,8 @@ void print_model(std::ostream& out, const std::function<runtime::ModelConfig()>&
     const runtime::ModelConfig c = read();
     print_config(out, c);
     row(out, "KV per token", kv_bytes_per_token(c));
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     row(out, "not runnable", e.what());
   }
@@ -305,6 +307,8 @@ void print_fit(std::ostream& out, const std::string& path, const InspectOptions&
   try {
     adapters::load_adapter("inspected", path, runtime::adapter_shape_of(o.model->config));
     row(out, "fits", "yes: " + o.model->config.architecture + " '" + o.model->config.name + "'");
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     row(out, "fits", std::string("no: ") + e.what());
   }
@@ -317,6 +321,8 @@ void print_activation(std::ostream& out, const std::function<std::vector<int32_t
   std::vector<int32_t> ids;
   try {
     ids = read();
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     row(out, "activation", std::string("not loadable: ") + e.what());
     return;
@@ -615,6 +621,8 @@ int inspect_adapter_folder(const std::string& dir, const InspectOptions& o, std:
         adapters::load_adapter(p.filename().string(), p.string(), runtime::adapter_shape_of(o.model->config));
         line += ", fits";
       }
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       line += std::string("cannot use: ") + e.what();
     }

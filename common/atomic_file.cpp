@@ -15,7 +15,7 @@ namespace lorakv {
 namespace {
 
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
-  throw Error("file error", what + ": " + std::strerror(errno), {path});
+  throw Error(ErrorCode::kSystem, "file error", what + ": " + std::strerror(errno), {path});
 }
 
 std::string folder_of(const std::string& path) {

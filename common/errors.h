@@ -24,13 +24,43 @@ struct ErrorContext {
   std::string hint;      // how the user can fix it
 };
 
+// What kind of failure an Error is, for a caller that maps failures to statuses (a
+// server's HTTP status, a binding's exception type). Each Error class has one code; the
+// names (error_code_name) are stable: never reused or renamed.
+enum class ErrorCode {
+  kConfig,           // "config_error": a bad option or configuration value
+  kUsage,            // "usage_error": a bad command line
+  kInvalidArgument,  // "invalid_argument": a value an op cannot take
+  kModelLoad,        // "model_load_error"
+  kAdapterLoad,      // "adapter_load_error"
+  kTokenizer,        // "tokenizer_error"
+  kCapacity,         // "capacity_exceeded": the KV pools cannot hold the work even alone
+  kContextLength,    // "context_length_exceeded": longer than the model's context
+  kUnknownAgent,     // "unknown_agent"
+  kUnknownAdapter,   // "unknown_adapter"
+  kSessionClosed,    // "session_closed": the session or its runtime is gone
+  kAgentBusy,        // "agent_busy"
+  kDeadlock,         // "deadlock": a blocking call from the engine thread
+  kOverloaded,       // "overloaded": the admission queue is full, or a call waited too long
+  kSessionFile,      // "session_file_error"
+  kTool,             // "tool_error"
+  kCalculation,      // "calculation_error"
+  kDocumentStore,    // "document_store_error"
+  kSystem,           // "system_error": the operating system refused (a file, a process)
+  kInternal,         // "internal_error": a lorakv bug
+};
+const char* error_code_name(ErrorCode code);
+
 class Error : public std::runtime_error {
  public:
-  Error(const std::string& kind, const std::string& message, ErrorContext context = {});
+  // kind: the label what() starts with ("config error"); empty: none.
+  Error(ErrorCode code, const std::string& kind, const std::string& message, ErrorContext context = {});
+  ErrorCode code() const { return code_; }
   const ErrorContext& context() const { return context_; }
   const std::string& message() const { return message_; }
 
  private:
+  ErrorCode code_;
   ErrorContext context_;
   std::string message_;
 };
@@ -39,7 +69,7 @@ class Error : public std::runtime_error {
 class ModelLoadError : public Error {
  public:
   explicit ModelLoadError(const std::string& message, ErrorContext context = {})
-      : Error("model load error", message, std::move(context)) {}
+      : Error(ErrorCode::kModelLoad, "model load error", message, std::move(context)) {}
 };
 
 // A LoRA adapter (PEFT directory, GGUF LoRA file) that cannot be loaded or does not fit
@@ -47,26 +77,26 @@ class ModelLoadError : public Error {
 class AdapterLoadError : public Error {
  public:
   explicit AdapterLoadError(const std::string& message, ErrorContext context = {})
-      : Error("adapter load error", message, std::move(context)) {}
+      : Error(ErrorCode::kAdapterLoad, "adapter load error", message, std::move(context)) {}
 };
 
 // A tokenizer vocabulary or text that cannot be handled.
 class TokenizerError : public Error {
  public:
   explicit TokenizerError(const std::string& message, ErrorContext context = {})
-      : Error("tokenizer error", message, std::move(context)) {}
+      : Error(ErrorCode::kTokenizer, "tokenizer error", message, std::move(context)) {}
 };
 
 // A bad command line or configuration value.
 class ConfigError : public Error {
  public:
   explicit ConfigError(const std::string& message, ErrorContext context = {})
-      : Error("config error", message, std::move(context)) {}
+      : Error(ErrorCode::kConfig, "config error", message, std::move(context)) {}
 
  protected:
-  // For a narrower kind of bad value with its own label (the CLI's UsageError).
-  ConfigError(const std::string& kind, const std::string& message, ErrorContext context)
-      : Error(kind, message, std::move(context)) {}
+  // For a narrower kind of bad value with its own code and label (the CLI's UsageError).
+  ConfigError(ErrorCode code, const std::string& kind, const std::string& message, ErrorContext context)
+      : Error(code, kind, message, std::move(context)) {}
 };
 
 // A value a lorakv op cannot take, from its caller: a tensor of the wrong shape or dtype,
@@ -75,13 +105,15 @@ class ConfigError : public Error {
 class InvalidArgumentError : public Error {
  public:
   explicit InvalidArgumentError(const std::string& message, ErrorContext context = {})
-      : Error("invalid argument", message, std::move(context)) {}
+      : Error(ErrorCode::kInvalidArgument, "invalid argument", message, std::move(context)) {}
 };
 
-// An internal invariant broke: a bug in lorakv, not bad input.
-class InternalError : public std::logic_error {
+// An internal invariant broke: a bug in lorakv, not bad input. An Error (code kInternal),
+// so a caller maps every failure; code that turns Errors into user-facing ones (a config
+// key, a session file) lets it pass unchanged.
+class InternalError : public Error {
  public:
-  using std::logic_error::logic_error;
+  explicit InternalError(const std::string& message) : Error(ErrorCode::kInternal, "", message) {}
 };
 
 namespace detail {

@@ -40,7 +40,7 @@ struct SpawnActions {
 }  // namespace
 
 ProcessResult run_process(const std::vector<std::string>& argv, ProcessOptions options) {
-  if (argv.empty() || argv.front().empty()) throw Error("cannot run a program", "no program given");
+  if (argv.empty() || argv.front().empty()) throw Error(ErrorCode::kSystem, "cannot run a program", "no program given");
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -48,7 +48,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, ProcessOptions o
   Pipe out;
   SpawnActions spawn;
   if (options.capture_output) {
-    if (::pipe2(out.fd, O_CLOEXEC) != 0) throw Error("cannot run a program", std::strerror(errno), {argv.front()});
+    if (::pipe2(out.fd, O_CLOEXEC) != 0) throw Error(ErrorCode::kSystem, "cannot run a program", std::strerror(errno), {argv.front()});
     posix_spawn_file_actions_adddup2(&spawn.actions, out.fd[1], STDOUT_FILENO);
   }
   if (options.silence_stderr) {
@@ -57,7 +57,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, ProcessOptions o
   pid_t pid = -1;
   const int rc = posix_spawnp(&pid, args.front(), &spawn.actions, nullptr, args.data(), environ);
   if (rc != 0) {
-    throw Error("cannot run a program", std::strerror(rc),
+    throw Error(ErrorCode::kSystem, "cannot run a program", std::strerror(rc),
                 {argv.front(), "", "an executable file or a program on PATH", "", describe_command(argv)});
   }
   ProcessResult result;
@@ -75,7 +75,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, ProcessOptions o
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw Error("cannot run a program", std::strerror(errno), {argv.front()});
+    if (errno != EINTR) throw Error(ErrorCode::kSystem, "cannot run a program", std::strerror(errno), {argv.front()});
   }
   if (WIFEXITED(status)) {
     result.exit_code = WEXITSTATUS(status);

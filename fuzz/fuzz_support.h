@@ -19,6 +19,9 @@ template <typename Fn>
 void expect_only_typed_errors(const char* target, Fn&& fn) {
   try {
     fn();
+  } catch (const lorakv::InternalError& e) {  // an Error, but a bug: before the catch of Error
+    std::fprintf(stderr, "%s: FINDING: internal error: %s\n", target, e.what());
+    std::abort();
   } catch (const lorakv::Error&) {
     // Bad input refused the documented way.
   } catch (const std::exception& e) {

@@ -86,6 +86,8 @@ void take_output(Engine& engine, Slot& s, const StepOutput& out) {
   start_generating(s);
 }
 
+bool is_paused(const DriverJob& job) { return job.paused && job.paused(); }
+
 // Hands a failure to the job's on_error and ends the job. false: the job has no on_error
 // (the caller rethrows).
 bool fail(Slot& s, std::exception_ptr error) {
@@ -168,6 +170,10 @@ Driver::~Driver() = default;
 bool Driver::step_over(std::map<JobId, Slot>& slots) {
   std::vector<Candidate> candidates;
   for (auto it = slots.begin(); it != slots.end();) {
+    if (is_paused(*it->second.job)) {
+      ++it;
+      continue;
+    }
     std::optional<StepWork> w;
     try {
       w = schedule(engine_, it->second);
@@ -266,6 +272,10 @@ bool Driver::cancel(JobId job) {
 bool Driver::step() { return step_over(*jobs_); }
 
 size_t Driver::num_jobs() const { return jobs_->size(); }
+
+bool Driver::has_runnable_jobs() const {
+  return std::any_of(jobs_->begin(), jobs_->end(), [](const auto& entry) { return !is_paused(*entry.second.job); });
+}
 
 DriverJob forced_decode_job(ReaderRef reader, std::vector<int32_t> tokens) {
   LORAKV_CHECK(!tokens.empty(), InvalidArgumentError, "forced_decode_job needs at least one token");

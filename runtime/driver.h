@@ -51,6 +51,9 @@ struct DriverJob {
   // even when it runs alone) is handed here instead of propagating, the job ends (on_done is
   // not called) and the driver goes on with the others.
   std::function<void(std::exception_ptr)> on_error;
+  // When set and true, the job sits out the next step (its rows stay; it is asked again the
+  // step after): a request whose reader has not taken its events pauses this way.
+  std::function<bool()> paused;
   int64_t max_chunk = 0;        // context tokens per step; 0: EngineOptions::prefill_chunk
   int32_t priority = 0;         // higher first when a step's token budget cannot take every job
   int64_t group = -1;           // jobs of one group (a session) share group_token_cap
@@ -109,6 +112,8 @@ class Driver {
   // in run(): handed to the job's on_error, else thrown (the job stays).
   bool step();
   size_t num_jobs() const;
+  // Whether some added job is not paused: step() would run something (or finish it).
+  bool has_runnable_jobs() const;
 
   Engine& engine() { return engine_; }
   const DriverStats& stats() const { return stats_; }

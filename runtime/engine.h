@@ -381,7 +381,7 @@ void check_context_options(const ContextOptions& context, const EngineOptions& e
 class CapacityError : public Error {
  public:
   explicit CapacityError(const std::string& message, ErrorContext context = {})
-      : Error("out of cache capacity", message, std::move(context)) {}
+      : Error(ErrorCode::kCapacity, "out of cache capacity", message, std::move(context)) {}
 };
 
 }  // namespace lorakv::runtime

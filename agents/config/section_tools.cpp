@@ -70,6 +70,8 @@ std::vector<LookupDocument> read_documents_file(const ConfigReader& r, const Fie
       const std::string name = record.find_string("name").value_or(name_of(*text));
       if (name.empty()) throw ConfigError("the document has no \"name\", and its text no `name:` at its start");
       documents.push_back({name, *text});
+    } catch (const InternalError&) {  // a bug stays one
+      throw;
     } catch (const Error& e) {
       r.fail(f.node.mark, f.path, "`" + f.path + "`: " + where + ": " + e.what(),
              "one JSON object per line: {\"name\": \"Dok Gramein\", \"text\": \"Dok Gramein: born 1914.\"}");

@@ -96,6 +96,8 @@ void plot(const MemoryBenchOptions& o, std::ostream& out) {
   int rc = -1;
   try {
     rc = run_process(cmd).exit_code;
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     out << e.what() << "\n";
   }

@@ -274,6 +274,8 @@ void plot_eviction(const std::string& python, const std::string& dir, std::ostre
   int rc = -1;
   try {
     rc = run_process(cmd).exit_code;
+  } catch (const InternalError&) {  // a bug stays one
+    throw;
   } catch (const Error& e) {
     out << e.what() << "\n";
   }
