@@ -2,14 +2,17 @@
 // own (cli/bench/episode_runs.h). Since the prefix index keys rows by their writers, modes
 // run one after another on one runtime give the same episodes too. Checked where that once
 // failed: base_lr_shared with writer `first` right after base_shared with writer `base`,
-// which adopted the prompt rows the base model wrote and filled its shared C over them. The
-// first 10 held-out questions, qv_shared_a, 1 round per episode (the prompt rows are read
-// from the planner's first turn on), 10 sessions at once.
+// which adopted the prompt rows the base model wrote and filled its shared C over them. 10
+// held-out questions, qv_shared_a, 1 round per episode (the prompt rows are read from the
+// planner's first turn on), 10 sessions at once: the first 6, and the 4 of the first 100 whose
+// first turn the mixture changed in bench/results/agentic_qa (the planner's first turn over
+// rows it wrote itself equals full's; in those 4 it did not).
 #include "lorakv/cli/bench/episode_runs.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "lorakv/agents/builtin_tools.h"
@@ -67,7 +70,10 @@ TEST(EpisodeRuns, ModesOnOneRuntimeGiveTheEpisodesOfModesOnTheirOwn) {
   setup.tools = &tools;
   setup.concurrency = 10;
   setup.max_rounds = 1;
-  const std::vector<Question> qs = read_questions(source("assets/agentic_qa/test.jsonl"), 10);
+  std::vector<Question> qs = read_questions(source("assets/agentic_qa/test.jsonl"), 100);
+  const std::set<std::string> mixed_first_turn = {"test-00062", "test-00074", "test-00113", "test-00200"};
+  qs.erase(std::remove_if(qs.begin() + 6, qs.end(), [&](const Question& q) { return !mixed_first_turn.count(q.id); }),
+           qs.end());
   ASSERT_EQ(qs.size(), 10u);
   const ModeSpec before{SharingMode::kBaseShared, SharedWriter::kBase};
   const ModeSpec after{SharingMode::kBaseLrShared, SharedWriter::kFirst};
