@@ -113,13 +113,17 @@ struct BaseLane {
   }
 };
 
+// Whose hidden states filled each position's rows (or, in a lookup, must have): runs of
+// equal writers, since writers change once per turn, not per token.
+using WriterRuns = PositionRuns<AdapterIdentity>;
+
 struct ResidualStream {
   ContentKey key;
   std::vector<int64_t> ranks;           // per layer; 0 = module not adapted at that layer
   std::vector<int32_t> pools;           // per layer; -1 where the rank is 0
   std::vector<BlockTable> lanes;        // per lane, parallel to the base lanes
   int64_t covered = 0;                  // positions [0, covered) have residual rows (where kept)
-  PositionRuns<AdapterIdentity> writers;  // per covered position, as runs (writers.size() == covered)
+  WriterRuns writers;                   // per covered position (writers.size() == covered)
   std::vector<EntryId> chain;           // its indexed blocks, one entry per token block
 };
 
@@ -132,7 +136,7 @@ struct SequenceState {
   // then costs no host bytes per token. Suffix sequences keep theirs (a commit adopts them).
   std::vector<int32_t> tokens;
   bool keeps_tokens = true;
-  PositionRuns<AdapterIdentity> writers;  // whose hidden states filled each position's base rows
+  WriterRuns writers;                    // whose hidden states filled each position's base rows
   std::vector<BaseLane> lanes;           // layout.num_lanes(), layer-major
   std::vector<ResidualStream> residuals;
   std::vector<EntryId> base_chain;       // indexed base entries for blocks 0..size-1
@@ -264,10 +268,11 @@ class CacheManager {
   const SequenceState& sequence(SeqId seq) const;
   std::vector<SeqId> sequences() const;
 
-  // Longest run of whole blocks of `tokens` whose base rows are indexed under `base_key`
-  // and whose writers pass `filter`. Pure.
+  // Longest run of whole blocks of `tokens` whose base rows are indexed under `base_key`,
+  // each row written by the writer `writers` names for its position (a block that
+  // `writers` does not cover matches nothing). Pure.
   PrefixMatch match_prefix(const ContentKey& base_key, const std::vector<int32_t>& tokens,
-                           const WriterFilter& filter) const;
+                           const WriterRuns& writers) const;
   // A new sequence, sharing the blocks of `match` (taken from match_prefix with no
   // mutation in between). Needs no free blocks.
   void create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match = {});
@@ -278,8 +283,9 @@ class CacheManager {
   // dst shares every block of src (copy-on-write on later writes). Needs no free blocks.
   void fork(SeqId src, SeqId dst);
   // Adds a residual stream and adopts the indexed residual blocks built on the sequence's
-  // indexed base blocks. Returns the positions covered (the agent prefills from there).
-  int64_t attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks, const WriterFilter& filter);
+  // indexed base blocks whose rows `writers` wrote, position by position (as match_prefix).
+  // Returns the positions covered (the agent prefills from there).
+  int64_t attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks, const WriterRuns& writers);
 
   Capacity can_append(SeqId seq, const AppendRequest& request) const;
   std::optional<AppendSlots> append(SeqId seq, const AppendRequest& request);

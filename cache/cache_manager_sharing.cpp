@@ -10,14 +10,16 @@
 namespace lorakv::cache {
 
 PrefixMatch CacheManager::match_prefix(const ContentKey& base_key, const std::vector<int32_t>& tokens,
-                                       const WriterFilter& filter) const {
+                                       const WriterRuns& writers) const {
   PrefixMatch match;
   const int64_t bs = layout().block_size;
+  const int64_t limit = std::min(static_cast<int64_t>(tokens.size()), writers.size());
   PrefixEntryKey key;
   key.key = base_key;
-  for (int64_t i = 0; (i + 1) * bs <= static_cast<int64_t>(tokens.size()); ++i) {
+  for (int64_t i = 0; (i + 1) * bs <= limit; ++i) {
     key.tokens.assign(tokens.begin() + i * bs, tokens.begin() + (i + 1) * bs);
-    std::optional<EntryId> e = index_.find(key, filter);
+    key.writers = writers.slice(i * bs, (i + 1) * bs);
+    std::optional<EntryId> e = index_.find(key);
     if (!e) break;
     match.entries.push_back(*e);
     match.num_tokens += bs;
@@ -39,7 +41,7 @@ void CacheManager::create_sequence(SeqId seq, const ContentKey& base_key, const 
     for (size_t lane = 0; lane < s.lanes.size(); ++lane) s.lanes[lane].table.blocks.push_back(e.blocks[lane].block);
     s.tokens.insert(s.tokens.end(), e.key.tokens.begin(), e.key.tokens.end());
     s.num_positions += static_cast<int64_t>(e.key.tokens.size());
-    s.writers.append(PositionRuns<AdapterIdentity>::from(e.writers));
+    s.writers.append(WriterRuns::from(e.key.writers));
     s.base_chain.push_back(id);
   }
   for (BaseLane& lane : s.lanes) {
@@ -68,7 +70,7 @@ void CacheManager::fork(SeqId src, SeqId dst) {
 }
 
 int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks,
-                                      const WriterFilter& filter) {
+                                      const WriterRuns& writers) {
   SequenceState& s = state(seq);
   LORAKV_ASSERT(key.kind != StreamKind::kBase && key.dtype == config_.residual_dtype, "bad residual content key");
   LORAKV_ASSERT(residual_index(s, key) < 0, "residual stream attached twice");
@@ -84,12 +86,14 @@ int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vec
   }
   r.ranks = std::move(ranks);
   r.lanes.resize(static_cast<size_t>(layout().num_lanes()));
+  const int64_t bs = layout().block_size;
   PrefixEntryKey probe;
   probe.key = key;
   for (EntryId base : s.base_chain) {
-    if (!index_.contains(base)) break;
+    if (!index_.contains(base) || r.covered + bs > writers.size()) break;
     probe.base = base;
-    std::optional<EntryId> e = index_.find(probe, filter);
+    probe.writers = writers.slice(r.covered, r.covered + bs);
+    std::optional<EntryId> e = index_.find(probe);
     if (!e) break;
     const PrefixEntry& entry = index_.entry(*e);
     size_t k = 0;
@@ -100,10 +104,10 @@ int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vec
       LORAKV_ASSERT(b.pool == pool, "indexed residual block in another pool");
       BlockTable& t = r.lanes[static_cast<size_t>(lane)];
       t.blocks.push_back(b.block);
-      t.num_rows += layout().block_size;
+      t.num_rows += bs;
     }
-    r.covered += layout().block_size;
-    r.writers.append(PositionRuns<AdapterIdentity>::from(entry.writers));
+    r.covered += bs;
+    r.writers.append(WriterRuns::from(entry.key.writers));
     r.chain.push_back(*e);
     probe.parent = *e;
   }
@@ -123,10 +127,9 @@ void CacheManager::register_full_blocks(SequenceState& s, std::vector<EntryId>* 
   if (!s.indexable) return;
   // Chains take their new ids without allocating after an insert: an entry is never in the
   // index without its chain knowing it.
-  auto add = [&](std::vector<EntryId>& chain, PrefixEntryKey key, std::vector<AdapterIdentity> writers,
-                 std::vector<BlockRef> blocks) {
+  auto add = [&](std::vector<EntryId>& chain, PrefixEntryKey key, std::vector<BlockRef> blocks) {
     chain.reserve(chain.size() + 1);
-    const std::pair<EntryId, bool> e = index_.insert(std::move(key), std::move(writers), std::move(blocks));
+    const std::pair<EntryId, bool> e = index_.insert(std::move(key), std::move(blocks));
     chain.push_back(e.first);
     if (e.second && inserted) inserted->push_back(e.first);
   };
@@ -142,10 +145,10 @@ void CacheManager::register_full_blocks(SequenceState& s, std::vector<EntryId>* 
     key.parent = i > 0 ? s.base_chain.back() : EntryId();
     key.key = s.base_key;
     key.tokens.assign(s.tokens.begin() + i * bs, s.tokens.begin() + (i + 1) * bs);
-    std::vector<AdapterIdentity> writers = s.writers.slice(i * bs, (i + 1) * bs);
+    key.writers = s.writers.slice(i * bs, (i + 1) * bs);
     std::vector<BlockRef> blocks;
     for (const BaseLane& lane : s.lanes) blocks.push_back({0, lane.table.blocks[static_cast<size_t>(i)]});
-    add(s.base_chain, std::move(key), std::move(writers), std::move(blocks));
+    add(s.base_chain, std::move(key), std::move(blocks));
   }
   for (ResidualStream& r : s.residuals) {
     prune(r.chain);
@@ -155,13 +158,13 @@ void CacheManager::register_full_blocks(SequenceState& s, std::vector<EntryId>* 
       key.parent = i > 0 ? r.chain.back() : EntryId();
       key.base = s.base_chain[static_cast<size_t>(i)];
       key.key = r.key;
-      std::vector<AdapterIdentity> writers = r.writers.slice(i * bs, (i + 1) * bs);
+      key.writers = r.writers.slice(i * bs, (i + 1) * bs);
       std::vector<BlockRef> blocks;
       for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
         const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
         if (pool >= 0) blocks.push_back({pool, r.lanes[static_cast<size_t>(lane)].blocks[static_cast<size_t>(i)]});
       }
-      add(r.chain, std::move(key), std::move(writers), std::move(blocks));
+      add(r.chain, std::move(key), std::move(blocks));
     }
   }
 }

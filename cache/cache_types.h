@@ -51,8 +51,9 @@ enum class StreamKind : uint8_t {
 
 // Everything besides the token prefix, the per-row writers and the rows it was computed
 // against that determines a block's content. Blocks are reused only when
-// the whole key is equal. The per-row writer (whose hidden states X filled the row) is
-// kept per token beside the key (see prefix_index.h), since one block can mix writers.
+// the whole key is equal. The per-row writer (whose hidden states X filled the row) is the
+// rest of the prefix index's key, row by row (see prefix_index.h), since one block can mix
+// writers.
 //   base_shared / base_lr_shared base rows:  base(dtype)                  adapter = none
 //   full / full_shared base rows:            base_with_adapter(dtype, a)  rows include a's output
 //   base_shared residual rows:               residual(kind, dtype, agent adapter)

@@ -73,8 +73,8 @@ void PagedKvCache::create_sequence(SeqId seq, const ContentKey& base_key, const 
 void PagedKvCache::fork(SeqId src, SeqId dst) { manager_.fork(src, dst); }
 
 int64_t PagedKvCache::attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks,
-                                      const WriterFilter& filter) {
-  return manager_.attach_residual(seq, key, std::move(ranks), filter);
+                                      const WriterRuns& writers) {
+  return manager_.attach_residual(seq, key, std::move(ranks), writers);
 }
 
 void PagedKvCache::release(SeqId seq) { manager_.release(seq); }

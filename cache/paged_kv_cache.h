@@ -81,8 +81,8 @@ class PagedKvCache {
   const BlockPool& pool(int32_t id) const { return pools_.at(static_cast<size_t>(id)); }
 
   PrefixMatch match_prefix(const ContentKey& base_key, const std::vector<int32_t>& tokens,
-                           const WriterFilter& filter) const {
-    return manager_.match_prefix(base_key, tokens, filter);
+                           const WriterRuns& writers) const {
+    return manager_.match_prefix(base_key, tokens, writers);
   }
   void create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match = {});
   void create_suffix_sequence(SeqId seq, const ContentKey& base_key, int64_t first_position) {
@@ -92,7 +92,7 @@ class PagedKvCache {
   // tensors are allocated then; existing pools never move).
   int32_t ensure_residual_pool(int64_t rank, int64_t num_blocks);
   void fork(SeqId src, SeqId dst);
-  int64_t attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks, const WriterFilter& filter);
+  int64_t attach_residual(SeqId seq, const ContentKey& key, std::vector<int64_t> ranks, const WriterRuns& writers);
   void release(SeqId seq);
   void detach_residual(SeqId seq, const ContentKey& key) { manager_.detach_residual(seq, key); }
 

@@ -7,43 +7,36 @@
 
 namespace lorakv::cache {
 
-bool WriterFilter::accepts(const std::vector<AdapterIdentity>& writers) const {
-  if (!required) return true;
-  return std::all_of(writers.begin(), writers.end(), [&](const AdapterIdentity& w) { return w == *required; });
-}
-
 uint64_t PrefixIndex::hash_of(const PrefixEntryKey& key) {
   uint64_t h = hash_mix(static_cast<uint64_t>(key.parent.value()), static_cast<uint64_t>(key.base.value()));
   h = hash_mix(h, hash_key(key.key));
   for (int32_t t : key.tokens) h = hash_mix(h, static_cast<uint32_t>(t));
+  for (const AdapterIdentity& w : key.writers) h = hash_mix(h, std::hash<AdapterIdentity>()(w));
   return h;
 }
 
-std::optional<EntryId> PrefixIndex::find(const PrefixEntryKey& key, const WriterFilter& filter) const {
+std::optional<EntryId> PrefixIndex::find(const PrefixEntryKey& key) const {
   auto it = buckets_.find(hash_of(key));
   if (it == buckets_.end()) return std::nullopt;
   for (EntryId id : it->second) {
-    const PrefixEntry& e = entries_.at(id.value());
-    if (e.key == key && filter.accepts(e.writers)) return id;
+    if (entries_.at(id.value()).key == key) return id;
   }
   return std::nullopt;
 }
 
-std::pair<EntryId, bool> PrefixIndex::insert(PrefixEntryKey key, std::vector<AdapterIdentity> writers,
-                                             std::vector<BlockRef> blocks) {
+std::pair<EntryId, bool> PrefixIndex::insert(PrefixEntryKey key, std::vector<BlockRef> blocks) {
   LORAKV_ASSERT(!key.parent.valid() || contains(key.parent), "parent entry " << key.parent.value() << " is gone");
   LORAKV_ASSERT(!key.base.valid() || contains(key.base), "base entry " << key.base.value() << " is gone");
   const uint64_t h = hash_of(key);
   std::vector<EntryId>& bucket = buckets_[h];
   for (EntryId id : bucket) {
-    const PrefixEntry& e = entries_.at(id.value());
-    if (e.key == key && e.writers == writers) return {id, false};
+    if (entries_.at(id.value()).key == key) return {id, false};
   }
   for (BlockRef b : blocks) {
     LORAKV_ASSERT(!block_to_entry_.count(b), "block " << b.block.value() << " of pool " << b.pool << " indexed twice");
   }
   const EntryId id(next_id_++);
-  PrefixEntry entry{std::move(key), std::move(writers), std::move(blocks), {}};
+  PrefixEntry entry{std::move(key), std::move(blocks), {}};
   // All or nothing: an allocation failure half way takes back what was added (a step's
   // commit relies on it, cache_manager.h "Transactions").
   size_t mapped = 0;
@@ -124,7 +117,7 @@ int64_t PrefixIndex::host_bytes() const {
   int64_t bytes = 0;
   for (const auto& [id, e] : entries_) {
     bytes += static_cast<int64_t>(sizeof(id) + sizeof(e) + e.key.tokens.capacity() * sizeof(int32_t) +
-                                  e.writers.capacity() * sizeof(AdapterIdentity) +
+                                  e.key.writers.capacity() * sizeof(AdapterIdentity) +
                                   e.blocks.capacity() * sizeof(BlockRef) + e.dependents.capacity() * sizeof(EntryId));
   }
   bytes += static_cast<int64_t>(block_to_entry_.size() * (sizeof(BlockRef) + sizeof(EntryId)));

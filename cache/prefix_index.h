@@ -1,8 +1,14 @@
 // cache/prefix_index.h: the tensor-free prefix index that lets a sequence reuse blocks
 // another sequence already filled. A radix tree at block granularity: an entry stands for
 // one full block of tokens in every lane of one stream, and its key is
-//   (parent entry, base entry [residual entries only], content key, the block's token ids),
-// compared exactly (the 64-bit hash only picks the bucket), plus the writer of every row.
+//   (parent entry, base entry [residual entries only], content key, the block's token ids,
+//    the writer of every row),
+// compared exactly (the 64-bit hash only picks the bucket). The content key says what kind
+// of rows the block holds (base rows, full rows with an adapter's output, a residual
+// stream); the writers say whose hidden states filled them. A lookup names the writers it
+// needs, row by row (the engine asks for the writer its sharing mode would use,
+// docs/sharing_modes.md "Reuse"): rows are never reused from whichever writer happened to
+// fill them first in another context.
 // Chaining on the parent *entry* (not on a hash of tokens) means an entry matches only if
 // the whole token prefix matched and every earlier block was the very one this block's
 // rows were computed against. Residual entries hang off the base entry of their token
@@ -32,36 +38,29 @@ using EntryId = StrongId<struct PrefixEntryTag>;
 struct PrefixEntryKey {
   EntryId parent;               // the same stream's previous block; invalid at token 0
   EntryId base;                 // residual entries: the base entry of this token block
-  ContentKey key;
+  ContentKey key;               // the rows' kind: base, full (base_with_adapter) or residual
   std::vector<int32_t> tokens;  // base entries: the block's block_size token ids; residual: empty
+  std::vector<AdapterIdentity> writers;  // per row of the block: whose hidden states filled it
 
   friend bool operator==(const PrefixEntryKey& a, const PrefixEntryKey& b) {
-    return a.parent == b.parent && a.base == b.base && a.key == b.key && a.tokens == b.tokens;
+    return a.parent == b.parent && a.base == b.base && a.key == b.key && a.tokens == b.tokens &&
+           a.writers == b.writers;
   }
 };
 
 struct PrefixEntry {
   PrefixEntryKey key;
-  std::vector<AdapterIdentity> writers;  // per row of the block: whose hidden states filled it
-  std::vector<BlockRef> blocks;          // per lane (layer-major), the block holding these rows
-  std::vector<EntryId> dependents;       // entries whose key names this one as parent or base
-};
-
-// Which writers a lookup accepts: any (sharing mode `first`), or exactly one for every row
-// (writer `base`, or `full` mode's own rows).
-struct WriterFilter {
-  std::optional<AdapterIdentity> required;
-  bool accepts(const std::vector<AdapterIdentity>& writers) const;
+  std::vector<BlockRef> blocks;     // per lane (layer-major), the block holding these rows
+  std::vector<EntryId> dependents;  // entries whose key names this one as parent or base
 };
 
 class PrefixIndex {
  public:
-  // An entry with this key whose writers pass the filter (the oldest, if several).
-  std::optional<EntryId> find(const PrefixEntryKey& key, const WriterFilter& filter) const;
-  // Inserts an entry, unless one with the same key and writers exists: then returns that
-  // one and false. None of `blocks` may be indexed already.
-  std::pair<EntryId, bool> insert(PrefixEntryKey key, std::vector<AdapterIdentity> writers,
-                                  std::vector<BlockRef> blocks);
+  // The entry with this key, writers included.
+  std::optional<EntryId> find(const PrefixEntryKey& key) const;
+  // Inserts an entry, unless one with the same key exists: then returns that one and false.
+  // None of `blocks` may be indexed already.
+  std::pair<EntryId, bool> insert(PrefixEntryKey key, std::vector<BlockRef> blocks);
   // Removes the entry holding `block`, if any, and everything depending on it; each block of
   // a removed entry is passed to `on_unindexed` (when given). Returns the number of entries
   // removed. Allocates nothing.

@@ -23,6 +23,12 @@ class PositionRuns {
     for (const T& v : per_position) out.append(1, v);
     return out;
   }
+  // `n` positions, every one holding `value`.
+  static PositionRuns filled(int64_t n, const T& value) {
+    PositionRuns out;
+    out.append(n, value);
+    return out;
+  }
 
   int64_t size() const { return size_; }
   bool empty() const { return size_ == 0; }

@@ -173,11 +173,16 @@ cache::ContentKey private_key(const ReaderState& reader, cache::StorageDtype dty
   return cache::ContentKey::base_with_adapter(dtype, reader.identity);
 }
 
-cache::WriterFilter shared_writer_filter(SharedWriter writer) {
-  cache::WriterFilter f;
-  if (writer == SharedWriter::kBase) f.required = AdapterIdentity::base_model();
-  return f;
+AdapterIdentity context_writer(const ContextOptions& options, const ReaderState& reader) {
+  if (options.mode != SharingMode::kFull && options.writer == SharedWriter::kBase) return AdapterIdentity::base_model();
+  return reader.context_identity();
 }
+
+AdapterIdentity residual_writer(const ContextOptions& options, const ReaderState& reader) {
+  if (options.mode == SharingMode::kBaseShared) return reader.identity;  // C_i = X_i A_i, always its own
+  return context_writer(options, reader);                                // C = X_w A, beside the base rows
+}
+
 
 ContextState& Engine::State::context(ContextId id) {
   auto it = contexts.find(id.value());

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "lorakv/common/errors.h"
-#include "lorakv/common/sha256.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/engine_state.h"
 #include "lorakv/runtime/evicted_rows.h"
@@ -112,14 +111,6 @@ void append_checked(cache::PagedKvCache& cache, SeqId seq, const cache::AppendRe
   write(cache.plan_writes(*slots));
 }
 
-// A filter no index entry passes: a stream that must not adopt rows it cannot vouch for.
-cache::WriterFilter adopt_nothing() {
-  static const AdapterIdentity nobody{Sha256().update_string("lorakv.import.adopt_nothing").finish()};
-  cache::WriterFilter f;
-  f.required = nobody;
-  return f;
-}
-
 void check_shapes(const cache::CacheLayout& l, const SequenceRows& rows) {
   const auto n = static_cast<int64_t>(rows.tokens.size());
   bool ok = static_cast<int64_t>(rows.writers.size()) == n && static_cast<int64_t>(rows.k.size()) == l.num_layers &&
@@ -145,16 +136,10 @@ void import_sequence(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& 
   check_shapes(cache.layout(), rows);
   const auto n = static_cast<int64_t>(rows.tokens.size());
   const int64_t layers = cache.layout().num_layers;
-  cache::PrefixMatch match = cache.match_prefix(rows.key, rows.tokens, {});
+  // Indexed blocks of the same tokens, key and writers hold these very rows: adopted.
+  const cache::PrefixMatch match = cache.match_prefix(rows.key, rows.tokens, cache::WriterRuns::from(rows.writers));
   cache.create_sequence(seq, rows.key, match);
-  int64_t from = match.num_tokens;
-  const std::vector<AdapterIdentity> adopted = cache.manager().sequence(seq).writers.slice(0, from);
-  if (!std::equal(adopted.begin(), adopted.end(), rows.writers.begin())) {
-    cache.release(seq);  // written by others: not these rows
-    cache.create_sequence(seq, rows.key);
-    from = 0;
-  }
-  for (int64_t a = from; a < n;) {
+  for (int64_t a = match.num_tokens; a < n;) {
     const int64_t b = run_end(rows.writers, a, n);
     cache::AppendRequest req;
     req.tokens.assign(rows.tokens.begin() + a, rows.tokens.begin() + b);
@@ -174,13 +159,7 @@ void import_sequence(cache::PagedKvCache& cache, SeqId seq, const SequenceRows& 
   }
   for (const SequenceRows::Residual& r : rows.residuals) {
     const auto covered = static_cast<int64_t>(r.writers.size());
-    // Adopt indexed residual rows only where the filter can vouch for their writers: all
-    // rows by one writer (a filter cannot ask for a mixed list).
-    const bool one_writer = covered > 0 && std::all_of(r.writers.begin(), r.writers.end(),
-                                                       [&](const AdapterIdentity& w) { return w == r.writers[0]; });
-    cache::WriterFilter filter = adopt_nothing();
-    if (one_writer) filter.required = r.writers[0];
-    const int64_t have = std::min(cache.attach_residual(seq, r.key, r.ranks, filter), covered);
+    const int64_t have = cache.attach_residual(seq, r.key, r.ranks, cache::WriterRuns::from(r.writers));
     for (int64_t a = have; a < covered;) {
       const int64_t b = run_end(r.writers, a, covered);
       cache::AppendRequest req;

@@ -119,10 +119,17 @@ struct Engine::State {
 // list of the wrong length), naming the key (engine_eviction.cpp).
 void check_eviction_fits(const cache::eviction::EvictionConfig& eviction, const cache::CacheLayout& layout);
 
-// Content keys and writer filters of the modes (engine.cpp).
+// Content keys and writers of the modes (engine.cpp).
 cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype);
 cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype);  // context rows (full)
 cache::ContentKey private_key(const ReaderState& reader, cache::StorageDtype dtype);   // private rows
-cache::WriterFilter shared_writer_filter(SharedWriter writer);
+// Whose hidden states fill the context rows `reader` finds unprocessed, and so the only
+// writer whose indexed rows it may adopt instead (docs/sharing_modes.md, "Reuse"): its own in
+// `full`; the base model with writer `base`; with writer `first` the reader itself, the first
+// to process them (an aLoRA reader's context rows are the base model's).
+AdapterIdentity context_writer(const ContextOptions& options, const ReaderState& reader);
+// The same for the residual rows the reader fills: its own C_i in base_shared, the shared C
+// of base_lr_shared by the writer of the base rows beside it.
+AdapterIdentity residual_writer(const ContextOptions& options, const ReaderState& reader);
 
 }  // namespace lorakv::runtime

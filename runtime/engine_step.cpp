@@ -58,18 +58,16 @@ namespace {
 struct NewSequence {
   SeqId* slot = nullptr;  // where its id goes (ReaderState::own_seq or ContextState::shared_seq)
   cache::ContentKey key;
-  cache::WriterFilter filter;
+  AdapterIdentity writer;  // of every row it would write, and so of every row it may adopt
 };
 
 std::optional<NewSequence> sequence_to_create(cache::StorageDtype dtype, ContextState& c, ReaderState& r) {
   if (c.options.mode == SharingMode::kFull) {
     if (r.own_seq.valid()) return std::nullopt;
-    cache::WriterFilter f;
-    f.required = r.context_identity();
-    return NewSequence{&r.own_seq, own_base_key(r, dtype), f};
+    return NewSequence{&r.own_seq, own_base_key(r, dtype), context_writer(c.options, r)};
   }
   if (c.shared_seq.valid()) return std::nullopt;
-  return NewSequence{&c.shared_seq, shared_base_key(c.options.mode, dtype), shared_writer_filter(c.options.writer)};
+  return NewSequence{&c.shared_seq, shared_base_key(c.options.mode, dtype), context_writer(c.options, r)};
 }
 
 // The tokens a new sequence may adopt rows for: all but the last, so whoever creates it
@@ -79,9 +77,16 @@ std::vector<int32_t> matchable_tokens(const ContextState& c) {
   return std::vector<int32_t>(c.tokens.begin(), c.tokens.end() - 1);
 }
 
+// The indexed rows a new sequence adopts: the same tokens and key, every row by its writer.
+cache::PrefixMatch match_for(const cache::PagedKvCache& cache, const NewSequence& want,
+                             const std::vector<int32_t>& tokens) {
+  return cache.match_prefix(want.key, tokens, cache::WriterRuns::filled(static_cast<int64_t>(tokens.size()), want.writer));
+}
+
 // Identical prefixes in one step: the work entry of `written` (sequences that admitted
 // entries of this step reserve rows in, with their entry) whose pending rows `tokens` could
-// adopt beyond the `matched` tokens the index already holds, if any. Those rows enter the
+// adopt beyond the `matched` tokens the index already holds (same key and tokens, every row
+// by want.writer, as match_for will ask next step), if any. Those rows enter the
 // index when the step commits; the entry waits for them (deferred) instead of computing
 // them again.
 std::optional<size_t> entry_writing_prefix(const cache::PagedKvCache& cache, const NewSequence& want,
@@ -97,8 +102,7 @@ std::optional<size_t> entry_writing_prefix(const cache::PagedKvCache& cache, con
       common += bs;
     }
     if (common == matched) continue;
-    const std::vector<AdapterIdentity> writers = s.writers.slice(matched, common);
-    if (want.filter.accepts(writers)) return entry;
+    if (s.writers[matched] == want.writer && s.writers.run_end(matched, common) == common) return entry;
   }
   return std::nullopt;
 }
@@ -111,20 +115,18 @@ int64_t prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState
   int64_t hits = 0;
   if (const std::optional<NewSequence> fresh = sequence_to_create(cache.manager().config().base_dtype, c, r)) {
     *fresh->slot = st.new_seq();
-    const cache::PrefixMatch match = cache.match_prefix(fresh->key, matchable_tokens(c), fresh->filter);
+    const cache::PrefixMatch match = match_for(cache, *fresh, matchable_tokens(c));
     cache.create_sequence(*fresh->slot, fresh->key, match);
     hits = match.num_tokens;
   }
   if (c.options.mode == SharingMode::kFull) return hits;
-  // base_shared residual rows are always the reader's own (C_i = X_i A_i); the shared C of
-  // base_lr_shared comes from the context's writer.
-  cache::WriterFilter residual_filter = shared_writer_filter(c.options.writer);
-  if (c.options.mode == SharingMode::kBaseShared) residual_filter.required = r.identity;
+  const cache::WriterRuns residual_writers =
+      cache::WriterRuns::filled(rows_of(cache, c.shared_seq), residual_writer(c.options, r));
   for (const ReaderStream& s : streams_to_fill(c, r)) {
     const cache::SequenceState& seq = cache.manager().sequence(c.shared_seq);
     const bool attached = std::any_of(seq.residuals.begin(), seq.residuals.end(),
                                       [&](const cache::ResidualStream& x) { return x.key == s.key; });
-    if (!attached) cache.attach_residual(c.shared_seq, s.key, s.ranks, residual_filter);
+    if (!attached) cache.attach_residual(c.shared_seq, s.key, s.ranks, residual_writers);
   }
   return hits;
 }
@@ -344,7 +346,7 @@ void admit_entry(Admission& a, const StepWork& w, size_t entry) {
   a.undo.begin_entry(ReaderMarks::of(c, r));
   if (const std::optional<NewSequence> fresh = sequence_to_create(a.cache.manager().config().base_dtype, c, r)) {
     const std::vector<int32_t> tokens = matchable_tokens(c);
-    const int64_t matched = a.cache.match_prefix(fresh->key, tokens, fresh->filter).num_tokens;
+    const int64_t matched = match_for(a.cache, *fresh, tokens).num_tokens;
     if (const std::optional<size_t> writer = entry_writing_prefix(a.cache, *fresh, tokens, matched, a.written)) {
       defer(a, entry, "waits for the rows work entry " + std::to_string(*writer) + " writes in this step", std::nullopt,
             writer);

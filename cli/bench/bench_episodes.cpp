@@ -1,38 +1,35 @@
 // cli/bench/bench_episodes.cpp: `lorakv bench episodes`: the agentic QA task through
 // lorakv's own react workflow (agents/workflow_react.h), greedy, in each sharing mode and
 // writer, for an adapter set: every held-out question is one session, run C at a time from
-// C threads through the scheduler. Per mode: success rate with a 95% Wilson interval,
-// McNemar's exact test against `full` on the same questions (discordant pairs listed), KV
-// bytes per episode against N full caches, wall time; in `full`, the trajectories against
-// the Python runner's (assets/role_adapters/eval/episodes.csv). Each episode's row is
-// appended to the CSV as it ends; --resume runs only the episodes the file lacks.
+// C threads through the scheduler, each mode on a runtime of its own (episode_runs.h). Per
+// mode: success rate with a 95% Wilson interval, McNemar's exact test against `full` on the
+// same questions (discordant pairs listed), KV bytes per episode against N full caches, wall
+// time; in `full`, the trajectories against the Python runner's
+// (assets/role_adapters/eval/episodes.csv). Each episode's row is appended to the CSV as it
+// ends; --resume runs only the episodes the file lacks.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "lorakv/agents/builtin_tools.h"
 #include "lorakv/agents/runtime.h"
-#include "lorakv/agents/workflow_react.h"
 #include "lorakv/agents/workflow_types.h"
 #include "lorakv/cli/bench/episode_rows.h"
+#include "lorakv/cli/bench/episode_runs.h"
 #include "lorakv/cli/bench/episode_stats.h"
 #include "lorakv/cli/bench/bench_defaults.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/common/cpu_features.h"
 #include "lorakv/common/errors.h"
-#include "lorakv/formats/json.h"
 
 namespace lorakv::cli {
 
@@ -48,9 +45,11 @@ The agentic QA task (tools/agentic_qa/README.md) through lorakv's react workflow
 one session per held-out question, in each sharing mode and writer: success rate with a
 95% Wilson interval, McNemar's exact test against full (discordant pairs listed), KV bytes
 per episode against 3 full caches, wall time; in full, trajectories compared with the
-Python runner's. Writes episodes_by_mode_SET.csv (a row per episode, appended as each
-ends) and episodes_summary_SET.md under --out. An evaluation, not part of make test; run it
-with nothing else on the machine.
+Python runner's. Each mode runs on a runtime of its own (the model and adapters loaded
+again), so no mode adopts rows another mode left in the cache. Writes
+episodes_by_mode_SET.csv (a row per episode, appended as each ends) and
+episodes_summary_SET.md under --out. An evaluation, not part of make test; run it with
+nothing else on the machine.
 
 flags:
   --model FILE      GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -68,33 +67,7 @@ flags:
   --fresh           replace an existing CSV (without either flag, an existing CSV is an error)
 )";
 
-struct Question {
-  std::string id, question, answer;
-  int64_t kind = 0;
-};
-
-struct ModeSpec {
-  SharingMode mode = SharingMode::kFull;
-  SharedWriter writer = SharedWriter::kFirst;
-  std::string name() const {
-    return std::string(runtime::sharing_mode_name(mode)) +
-           (mode == SharingMode::kFull ? "" : std::string(":") + runtime::shared_writer_name(writer));
-  }
-};
-
 using Episode = EpisodeResult;
-
-std::vector<Question> read_questions(const std::string& path, int64_t n) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("cannot read the questions", {path});
-  std::vector<Question> out;
-  for (std::string line; std::getline(in, line) && static_cast<int64_t>(out.size()) < n;) {
-    if (line.empty()) continue;
-    const formats::JsonValue r = formats::parse_json(line);
-    out.push_back({r.at("id").as_string(), r.at("question").as_string(), r.at("answer").as_string(), r.at("kind").as_int()});
-  }
-  return out;
-}
 
 // id -> transcript of the set's reference episodes.
 std::map<std::string, std::string> reference_transcripts(const std::string& path, const std::string& set) {
@@ -132,66 +105,6 @@ std::vector<ModeSpec> parse_modes(const std::string& text) {
     throw UsageError("the first mode must be full: the others are compared with it", {"", "--modes", "", text, ""});
   }
   return out;
-}
-
-Episode run_episode(agents::Runtime& rt, const ModeSpec& m, const Question& q, const agents::ToolRegistry& tools,
-                    int max_rounds, int64_t row_bytes, int64_t block_size) {
-  auto session = rt.open_session({m.mode, m.writer});
-  for (const char* role : {"planner", "actor", "reflector"}) session->add_agent({role, role, ""});
-  agents::ReactSpec spec;
-  spec.max_steps = max_rounds;
-  for (agents::WorkflowAgent* a : {&spec.planner, &spec.actor, &*spec.reflector}) a->options.logprobs = true;
-  const agents::ReactResult r = agents::run_react(*session, spec, q.question, tools);
-  Episode e;
-  e.answer = r.answer.value_or("");
-  e.finished = r.finished;
-  e.success = r.answer && *r.answer == q.answer;
-  e.verdict = r.verdict;
-  e.consistent = r.planner_actor_consistent;
-  e.rounds = r.steps;
-  e.transcript = agents::transcript(r);
-  for (const agents::WorkflowTurn& t : r.turns) {
-    if (t.kind == agents::WorkflowTurn::Kind::kTool) e.turn_margins.emplace_back(t.role, -1.0);
-    if (t.kind != agents::WorkflowTurn::Kind::kAgent) continue;
-    double smallest = 1e9;
-    for (size_t i = 0; i < t.reply.logprobs.size(); ++i) {
-      smallest = std::min(smallest, t.reply.logprobs[i] - t.reply.runner_up_logprobs[i]);
-    }
-    e.turn_margins.emplace_back(t.role, smallest);
-    e.min_margin = std::min(e.min_margin, smallest);
-  }
-  const agents::SessionStats s = session->stats();
-  e.tokens = s.trajectory_tokens;
-  e.kv_bytes = s.shared_kv_bytes + s.own_kv_bytes + s.residual_kv_bytes + s.private_kv_bytes;
-  e.full_caches_bytes = 3 * ((s.trajectory_tokens + block_size - 1) / block_size * block_size) * row_bytes;
-  session->close();
-  return e;
-}
-
-// Every question of `qs` in one mode, `concurrency` sessions at once; each episode goes to
-// `done_episode` (called under a lock) as it ends, its elapsed time counted from `start`.
-void run_mode(agents::Runtime& rt, const ModeSpec& m, const std::vector<Question>& qs, const agents::ToolRegistry& tools,
-              int64_t concurrency, int max_rounds, Clock::time_point start,
-              const std::function<void(const Question&, Episode)>& done_episode, std::ostream& out) {
-  const agents::RuntimeStats st = rt.stats();
-  std::atomic<size_t> next{0};
-  size_t done = 0;
-  std::mutex lock;
-  std::vector<std::thread> workers;
-  for (int64_t w = 0; w < concurrency; ++w) {
-    workers.emplace_back([&] {
-      for (size_t i = next++; i < qs.size(); i = next++) {
-        Episode e = run_episode(rt, m, qs[i], tools, max_rounds, st.base_row_bytes, rt.options().block_size);
-        e.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
-        std::lock_guard<std::mutex> hold(lock);
-        done_episode(qs[i], std::move(e));
-        if (++done % 20 == 0 || done == qs.size()) {
-          out << "  " << m.name() << ": " << done << "/" << qs.size() << " episodes\n" << std::flush;
-        }
-      }
-    });
-  }
-  for (std::thread& t : workers) t.join();
 }
 
 // The role of a transcript turn ("[actor] Lookup[X]" -> "actor").
@@ -392,10 +305,12 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
   tools.add(agents::lookup_tool(store));
   tools.add(agents::calculator_tool());
 
-  agents::RuntimeOptions ro;
-  ro.model = model;
-  agents::Runtime rt(ro);
-  for (const char* role : {"planner", "actor", "reflector"}) rt.load_adapter(role, assets + "/role_adapters/" + set + "/" + role);
+  EpisodeSetup setup;
+  setup.model = model;
+  setup.adapters = assets + "/role_adapters/" + set;
+  setup.tools = &tools;
+  setup.concurrency = concurrency;
+  setup.max_rounds = max_rounds;
   out << "machine: " << cpu::cpu_model_name() << ", " << at::get_num_threads() << " threads; device: CPU, float32\n"
       << "set " << set << ", " << qs.size() << " questions, " << concurrency << " sessions at once, greedy, "
       << max_rounds << " rounds at most\n";
@@ -414,8 +329,9 @@ int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out) 
       if (!have.count(q.id)) todo.push_back(q);
     }
     out << m.name() << ": " << qs.size() - todo.size() << " episodes from earlier runs, " << todo.size() << " to run\n";
+    const std::unique_ptr<agents::Runtime> rt = open_episode_runtime(setup);
     const Clock::time_point start = Clock::now();
-    run_mode(rt, m, todo, tools, concurrency, max_rounds, start,
+    run_mode(*rt, m, todo, setup, start,
              [&](const Question& q, Episode e) {
                e.run = run;
                EpisodeRow row{set, m.name(), q.id, q.answer, q.kind, std::move(e)};

@@ -124,7 +124,8 @@ TEST(CacheEviction, IndexKeepsOnlyBlocksWithEveryRow) {
   EXPECT_EQ(m.index().num_entries(), 1) << "block 1 and what depends on it left the index";
   EXPECT_EQ(m.sequence(SeqId(1)).base_chain.size(), 1u);
   EXPECT_FALSE(m.sequence(SeqId(1)).indexable);
-  EXPECT_EQ(m.match_prefix(kBase, tokens(12), {}).num_tokens, 4) << "only the intact first block matches";
+  EXPECT_EQ(m.match_prefix(kBase, tokens(12), WriterRuns::filled(12, kA)).num_tokens, 4)
+      << "only the intact first block matches";
   ASSERT_TRUE(m.append(SeqId(1), {tokens(4, 200), kA, {}}));
   EXPECT_EQ(m.index().num_entries(), 1) << "rows written after an eviction are never indexed";
 }

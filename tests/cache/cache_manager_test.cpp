@@ -25,6 +25,9 @@ CacheConfig small_config(int64_t base_blocks = 64, int64_t heads_per_group = 1) 
   return c;
 }
 
+// A lookup's writers: `writer` at each of the first `n` positions.
+WriterRuns by(const AdapterIdentity& writer, int64_t n) { return WriterRuns::filled(n, writer); }
+
 std::vector<int32_t> iota_tokens(int32_t n, int32_t start = 100) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), start);
@@ -87,7 +90,7 @@ TEST(CacheManager, ReleasedPrefixStaysFindableUntilItsBlocksAreNeeded) {
   EXPECT_EQ(m.allocator(0).num_free(), 16);  // cached blocks count as free
 
   // A new sequence with the same prefix takes the cached blocks back.
-  PrefixMatch match = m.match_prefix(kBase, iota_tokens(14), WriterFilter{});
+  PrefixMatch match = m.match_prefix(kBase, iota_tokens(14), by(kA, 14));
   ASSERT_EQ(match.num_tokens, 12);
   m.create_sequence(SeqId(2), kBase, match);
   EXPECT_EQ(m.allocator(0).num_cached(), 0);
@@ -99,13 +102,13 @@ TEST(CacheManager, ReleasedPrefixStaysFindableUntilItsBlocksAreNeeded) {
   // tail: the third block of every lane (one index entry) goes, the first two stay.
   m.create_sequence(SeqId(3), kBase);
   ASSERT_TRUE(m.append(SeqId(3), {iota_tokens(8, 500), kB, {}}));
-  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(14), WriterFilter{}).num_tokens, 8);
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(14), by(kA, 14)).num_tokens, 8);
   EXPECT_EQ(m.allocator(0).num_cached(), 8);
   EXPECT_EQ(m.allocator(0).num_used(), 8);
   // When every block is needed, the rest of the chain goes too and nothing stale is findable.
   m.create_sequence(SeqId(4), kBase);
   ASSERT_TRUE(m.append(SeqId(4), {iota_tokens(8, 900), kB, {}}));
-  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(14), WriterFilter{}).num_tokens, 0);
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(14), by(kA, 14)).num_tokens, 0);
   EXPECT_EQ(m.allocator(0).num_cached(), 0);
   EXPECT_EQ(m.index().num_entries(), 4);  // the two new sequences' own blocks
 }
@@ -115,16 +118,21 @@ TEST(CacheManager, PrefixIsVerifiedByTokensAndKey) {
   m.create_sequence(SeqId(1), kBase);
   ASSERT_TRUE(m.append(SeqId(1), {iota_tokens(10), kA, {}}));
   std::vector<int32_t> query = iota_tokens(12);
-  PrefixMatch match = m.match_prefix(kBase, query, WriterFilter{});
+  PrefixMatch match = m.match_prefix(kBase, query, by(kA, 12));
   EXPECT_EQ(match.num_tokens, 8);  // whole blocks only
   query[5] = 0;  // diverges inside the second block
-  EXPECT_EQ(m.match_prefix(kBase, query, WriterFilter{}).num_tokens, 4);
+  EXPECT_EQ(m.match_prefix(kBase, query, by(kA, 12)).num_tokens, 4);
   query[0] = 0;
-  EXPECT_EQ(m.match_prefix(kBase, query, WriterFilter{}).num_tokens, 0);
-  // Same tokens, another writer rule, dtype or adapter in the rows: nothing.
-  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(12), WriterFilter{kB}).num_tokens, 0);
-  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(12), WriterFilter{kA}).num_tokens, 8);
-  EXPECT_EQ(m.match_prefix(ContentKey::base_with_adapter(StorageDtype::kFloat32, kA), iota_tokens(12), {}).num_tokens, 0);
+  EXPECT_EQ(m.match_prefix(kBase, query, by(kA, 12)).num_tokens, 0);
+  // Same tokens, another writer, dtype or adapter in the rows: nothing. Writers named for
+  // fewer positions than a block: nothing past them.
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(12), by(kB, 12)).num_tokens, 0);
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(12), by(kA, 12)).num_tokens, 8);
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(12), by(kA, 7)).num_tokens, 4);
+  WriterRuns second_block_by_b = by(kA, 12);
+  second_block_by_b.fill(5, 6, kB);
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(12), second_block_by_b).num_tokens, 4);
+  EXPECT_EQ(m.match_prefix(ContentKey::base_with_adapter(StorageDtype::kFloat32, kA), iota_tokens(12), by(kA, 12)).num_tokens, 0);
   // A new sequence shares the matched blocks and continues past them.
   m.create_sequence(SeqId(2), kBase, match);
   const SequenceState& s2 = m.sequence(SeqId(2));
@@ -148,11 +156,13 @@ TEST(CacheManager, ResidualRowsAreAdoptedOnlyForTheSameAdapter) {
   EXPECT_EQ(slots->residual[0][0].pool, 1);  // layer 0: rank 2
   EXPECT_EQ(slots->residual[0][2].pool, 2);  // layer 1: rank 3
   EXPECT_EQ(m.allocator(1).num_used(), 2 * 3);  // 2 heads x 3 blocks at layer 0
-  PrefixMatch match = m.match_prefix(kBase, iota_tokens(9), {});
+  PrefixMatch match = m.match_prefix(kBase, iota_tokens(9), by(kA, 9));
   m.create_sequence(SeqId(2), kBase, match);
-  EXPECT_EQ(m.attach_residual(SeqId(2), kResA, {2, 3}, {}), 8);
+  m.create_sequence(SeqId(3), kBase, match);
+  EXPECT_EQ(m.attach_residual(SeqId(3), kResA, {2, 3}, by(kB, 9)), 0) << "rows kA wrote, not kB";
+  EXPECT_EQ(m.attach_residual(SeqId(2), kResA, {2, 3}, by(kA, 9)), 8);
   const ContentKey res_b = ContentKey::residual(StreamKind::kResidualV, StorageDtype::kFloat32, kB);
-  EXPECT_EQ(m.attach_residual(SeqId(2), res_b, {2, 3}, {}), 0);
+  EXPECT_EQ(m.attach_residual(SeqId(2), res_b, {2, 3}, by(kA, 9)), 0);
   EXPECT_EQ(m.residual(SeqId(2), kResA).lanes[1].blocks, std::vector<BlockId>(m.residual(SeqId(1), kResA).lanes[1].blocks.begin(),
                                                                               m.residual(SeqId(1), kResA).lanes[1].blocks.begin() + 2));
   // The agent catches up from position 8 to the sequence's end.
@@ -186,16 +196,16 @@ TEST(CacheManager, RowsAreSharedForEqualIdentityAndNeverForDifferent) {
   m.create_sequence(SeqId(2), full(loaded));
   ASSERT_TRUE(m.append(SeqId(2), {iota_tokens(9), loaded, {}}));
 
-  // Base rows: the writer filter and full mode's key both compare identities.
-  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(9), WriterFilter{reloaded}).num_tokens, 8);
-  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(9), WriterFilter{changed}).num_tokens, 0);
-  EXPECT_EQ(m.match_prefix(full(reloaded), iota_tokens(9), {}).num_tokens, 8);
-  EXPECT_EQ(m.match_prefix(full(changed), iota_tokens(9), {}).num_tokens, 0);
+  // Base rows: the writers and full mode's key both compare identities.
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(9), by(reloaded, 9)).num_tokens, 8);
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(9), by(changed, 9)).num_tokens, 0);
+  EXPECT_EQ(m.match_prefix(full(reloaded), iota_tokens(9), by(reloaded, 9)).num_tokens, 8);
+  EXPECT_EQ(m.match_prefix(full(changed), iota_tokens(9), by(changed, 9)).num_tokens, 0);
   // Residual rows: adopted under the reloaded identity, never under the changed one.
-  m.create_sequence(SeqId(3), kBase, m.match_prefix(kBase, iota_tokens(9), {}));
-  EXPECT_EQ(m.attach_residual(SeqId(3), res(reloaded), {2, 3}, {}), 8);
+  m.create_sequence(SeqId(3), kBase, m.match_prefix(kBase, iota_tokens(9), by(reloaded, 9)));
+  EXPECT_EQ(m.attach_residual(SeqId(3), res(reloaded), {2, 3}, by(reloaded, 9)), 8);
   EXPECT_EQ(m.residual(SeqId(3), res(reloaded)).lanes[0].blocks[0], m.residual(SeqId(1), res(loaded)).lanes[0].blocks[0]);
-  EXPECT_EQ(m.attach_residual(SeqId(3), res(changed), {2, 3}, {}), 0);
+  EXPECT_EQ(m.attach_residual(SeqId(3), res(changed), {2, 3}, by(reloaded, 9)), 0);
 }
 
 TEST(CacheManager, ShortfallIsAValueAndQueriesArePure) {
@@ -263,7 +273,7 @@ TEST(CacheManager, CompactingASharedBlockCopiesItFirst) {
   EXPECT_EQ(m.allocator(0).refcount(before[0]), 1);
   EXPECT_EQ(m.allocator(0).refcount(before[1]), 1);
   // Sequence 1's blocks never changed, so its prefix stays matchable.
-  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(8), {}).num_tokens, 8);
+  EXPECT_EQ(m.match_prefix(kBase, iota_tokens(8), by(kA, 8)).num_tokens, 8);
 }
 
 // Positions are int32 in the lanes and the kernel's views: the append that would need

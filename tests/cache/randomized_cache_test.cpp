@@ -4,9 +4,10 @@
 // kept positions, per residual stream its writers), against reference counts recounted
 // from the tables, and against the stored rows' contents. Rows hold history contents
 // (cache_test_util.h): a function of the whole token prefix, every row's writer, the
-// compaction epoch and the stream's owner. Lookups use real writer filters (the agent's
-// own rows) and sometimes the any-writer filter; either way every row a sequence reuses
-// must hold exactly what its prefix and writers would have written.
+// compaction epoch and the stream's owner. Lookups name the writer of every row: mostly the
+// agent's own, sometimes a history's writers row by row (as a restored session asks); either
+// way every row a sequence reuses must hold exactly what its prefix and writers would have
+// written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,6 +47,13 @@ ContentKey base_key(int64_t owner) {
 ContentKey residual_key(int64_t agent) {
   return ContentKey::residual(StreamKind::kResidualV, StorageDtype::kFloat32, identity_of(agent));
 }
+// A lookup's writers: agent `agents[p]` at position p.
+WriterRuns writers_of(const std::vector<int64_t>& agents) {
+  WriterRuns runs;
+  for (int64_t a : agents) runs.append(1, identity_of(a));
+  return runs;
+}
+
 std::vector<int64_t> ranks_of(int64_t agent) { return agent == 1 ? std::vector<int64_t>{2, 3} : std::vector<int64_t>{3, 0}; }
 
 struct ModelSeq {
@@ -148,7 +156,7 @@ class RandomizedCache {
   const PagedKvCache& cache() const { return cache_; }
   // Tokens matched / residual rows adopted under the agent's own writer filter, and under
   // the any-writer filter.
-  int64_t matched_own = 0, matched_any = 0, adopted_own = 0, adopted_any = 0;
+  int64_t matched_own = 0, matched_mixed = 0, adopted_own = 0, adopted_mixed = 0;
   int64_t shortfalls = 0, compactions = 0;
 
  private:
@@ -194,33 +202,32 @@ class RandomizedCache {
     m.history.base_owner = pick(3) == 0 ? 1 : 0;
     m.main_writer = pick(kNumAgents);
     std::vector<int32_t> query = random_tokens(pick(12));
+    std::vector<int64_t> source_writers;
     if (!seqs_.empty()) {
       const ModelSeq& source = seqs_[any_seq()];
       query = source.history.tokens;
+      source_writers = source.history.writers;
       if (pick(3) != 0) {  // mostly the same agent coming back to its trajectory
         m.history.base_owner = source.history.base_owner;
         m.main_writer = source.main_writer;
       }
     }
     if (pick(2)) query.resize(query.size() / 2 + 1);
-    const bool any_writer = pick(3) == 0;  // sharing mode `first`; otherwise the agent's own rows only
-    const WriterFilter filter = any_writer ? WriterFilter{} : WriterFilter{identity_of(m.main_writer)};
-    const PrefixMatch match = cache_.match_prefix(base_key(m.history.base_owner), query, filter);
+    // Mostly the agent's own rows; sometimes the source's writers, row by row.
+    const bool mixed = !source_writers.empty() && pick(3) == 0;
+    std::vector<int64_t> want = mixed ? source_writers : std::vector<int64_t>();
+    want.resize(query.size(), m.main_writer);
+    const PrefixMatch match = cache_.match_prefix(base_key(m.history.base_owner), query, writers_of(want));
     ASSERT_EQ(match.num_tokens % cache_.layout().block_size, 0);
     ASSERT_LE(match.num_tokens, static_cast<int64_t>(query.size()));
     cache_.create_sequence(id, base_key(m.history.base_owner), match);
     const auto n = static_cast<size_t>(match.num_tokens);
     m.history.tokens.assign(query.begin(), query.begin() + match.num_tokens);
     m.history.epochs.assign(n, 0);
-    if (any_writer) {
-      m.history.writers = agents_of(cache_.manager().sequence(id).writers.expand());
-      ASSERT_EQ(m.history.writers.size(), n);
-      expect_written(test::base_prefix_hashes(m.history), written_base_, "any-writer match:");
-      matched_any += match.num_tokens;
-    } else {
-      m.history.writers.assign(n, m.main_writer);
-      matched_own += match.num_tokens;
-    }
+    m.history.writers.assign(want.begin(), want.begin() + match.num_tokens);
+    ASSERT_EQ(agents_of(cache_.manager().sequence(id).writers.expand()), m.history.writers);
+    expect_written(test::base_prefix_hashes(m.history), written_base_, "match:");
+    (mixed ? matched_mixed : matched_own) += match.num_tokens;
     std::vector<int32_t> all(n);
     for (size_t i = 0; i < n; ++i) all[i] = static_cast<int32_t>(i);
     m.lanes.assign(static_cast<size_t>(cache_.layout().num_lanes()), all);
@@ -238,23 +245,19 @@ class RandomizedCache {
     ModelSeq& m = seqs_[seq];
     const int64_t agent = 1 + pick(2);
     if (m.residuals.count(agent)) return;
+    // The writers asked for: the base rows' own, row by row; another agent; or the main writer.
     const unsigned f = pick(4);
-    const bool any_writer = f == 0;
-    const int64_t required = f == 1 ? pick(kNumAgents) : m.main_writer;
-    const WriterFilter filter = any_writer ? WriterFilter{} : WriterFilter{identity_of(required)};
-    const int64_t covered = cache_.attach_residual(seq, residual_key(agent), ranks_of(agent), filter);
+    const bool mixed = f == 0;
+    std::vector<int64_t> want = m.history.writers;
+    if (!mixed) std::fill(want.begin(), want.end(), f == 1 ? pick(kNumAgents) : m.main_writer);
+    const int64_t covered = cache_.attach_residual(seq, residual_key(agent), ranks_of(agent), writers_of(want));
     ASSERT_EQ(covered % cache_.layout().block_size, 0);
     ASSERT_LE(covered, static_cast<int64_t>(m.history.tokens.size()));
     test::ResidualHistory r{agent, {}, std::vector<uint64_t>(static_cast<size_t>(covered), 0)};
-    if (any_writer) {
-      r.writers = agents_of(cache_.manager().residual(seq, residual_key(agent)).writers.expand());
-      ASSERT_EQ(static_cast<int64_t>(r.writers.size()), covered);
-      expect_written(test::residual_prefix_hashes(m.history, r), written_residual_, "any-writer residual adoption:");
-      adopted_any += covered;
-    } else {
-      r.writers.assign(static_cast<size_t>(covered), required);
-      adopted_own += covered;
-    }
+    r.writers.assign(want.begin(), want.begin() + covered);
+    ASSERT_EQ(agents_of(cache_.manager().residual(seq, residual_key(agent)).writers.expand()), r.writers);
+    expect_written(test::residual_prefix_hashes(m.history, r), written_residual_, "residual adoption:");
+    (mixed ? adopted_mixed : adopted_own) += covered;
     m.residuals[agent] = std::move(r);
   }
 
@@ -349,7 +352,7 @@ class RandomizedCache {
 };
 
 TEST(RandomizedCache, OperationsAgreeWithASimpleModel) {
-  int64_t matched_own = 0, matched_any = 0, adopted_own = 0, adopted_any = 0;
+  int64_t matched_own = 0, matched_mixed = 0, adopted_own = 0, adopted_mixed = 0;
   for (int64_t heads_per_group : {1, 2}) {
     for (unsigned seed : {1u, 2u, 3u}) {
       SCOPED_TRACE("seed " + std::to_string(seed) + " heads_per_group " + std::to_string(heads_per_group));
@@ -359,18 +362,18 @@ TEST(RandomizedCache, OperationsAgreeWithASimpleModel) {
         ASSERT_NO_FATAL_FAILURE(r.check()) << "after step " << i;
         if (testing::Test::HasFailure()) return;
       }
-      // Every run shared blocks under a writer filter, compacted and ran out of blocks.
+      // Every run shared blocks of the agent's own rows, compacted and ran out of blocks.
       EXPECT_GT(r.matched_own, 0);
       EXPECT_GT(r.compactions, 0);
       EXPECT_GT(r.shortfalls, 0);
-      std::printf("  seed %u, heads_per_group %lld: matched %lld own-writer / %lld any-writer tokens, adopted %lld "
-                  "own / %lld any residual rows, %lld compactions, %lld shortfalls\n",
+      std::printf("  seed %u, heads_per_group %lld: matched %lld own-writer / %lld mixed-writer tokens, "
+                  "adopted %lld own / %lld mixed residual rows, %lld compactions, %lld shortfalls\n",
                   seed, static_cast<long long>(heads_per_group), static_cast<long long>(r.matched_own),
-                  static_cast<long long>(r.matched_any), static_cast<long long>(r.adopted_own),
-                  static_cast<long long>(r.adopted_any), static_cast<long long>(r.compactions),
+                  static_cast<long long>(r.matched_mixed), static_cast<long long>(r.adopted_own),
+                  static_cast<long long>(r.adopted_mixed), static_cast<long long>(r.compactions),
                   static_cast<long long>(r.shortfalls));
-      matched_own += r.matched_own, matched_any += r.matched_any;
-      adopted_own += r.adopted_own, adopted_any += r.adopted_any;
+      matched_own += r.matched_own, matched_mixed += r.matched_mixed;
+      adopted_own += r.adopted_own, adopted_mixed += r.adopted_mixed;
       r.release_all();
       for (int32_t p = 0; p < r.cache().manager().num_pools(); ++p) EXPECT_EQ(r.cache().manager().allocator(p).num_used(), 0);
       // What stays indexed is cached, reclaimable: no byte is in use.
@@ -380,10 +383,10 @@ TEST(RandomizedCache, OperationsAgreeWithASimpleModel) {
       EXPECT_EQ(r.cache().stats().bytes_in_use, 0);
     }
   }
-  // Together the runs reused base and residual rows under both kinds of filter.
-  EXPECT_GT(matched_any, 0);
+  // Together the runs reused base and residual rows asking for one writer and for mixed ones.
+  EXPECT_GT(matched_mixed, 0);
   EXPECT_GT(adopted_own, 0);
-  EXPECT_GT(adopted_any, 0);
+  EXPECT_GT(adopted_mixed, 0);
 }
 
 }  // namespace

@@ -384,8 +384,8 @@ TEST_F(EngineFailures, AFailedStepKeepsTheCachedPromptFindable) {
     e->release_context(first);
   }
   const cache::ContentKey key = cache::ContentKey::base_with_adapter(cache::StorageDtype::kFloat32, adapters_[0]->identity());
-  const cache::WriterFilter filter{adapters_[0]->identity()};
-  ASSERT_EQ(a.cache().match_prefix(key, system, filter).num_tokens, 64);
+  const cache::WriterRuns writers = cache::WriterRuns::filled(64, adapters_[0]->identity());
+  ASSERT_EQ(a.cache().match_prefix(key, system, writers).num_tokens, 64);
   const ContextId ca = a.create_context(full, {adapters_[0]}), cb = b.create_context(full, {adapters_[0]});
   a.append(ca, question);
   b.append(cb, question);
@@ -413,7 +413,7 @@ TEST_F(EngineFailures, AFailedStepKeepsTheCachedPromptFindable) {
     if (ra) break;
     ASSERT_EQ(a.pending_tokens({ca, 0}), static_cast<int64_t>(question.size())) << "allocation " << k;
     ASSERT_EQ(a.cache().stats().bytes_in_use, 0) << "allocation " << k;
-    ASSERT_EQ(a.cache().match_prefix(key, system, filter).num_tokens, 64) << "allocation " << k;
+    ASSERT_EQ(a.cache().match_prefix(key, system, writers).num_tokens, 64) << "allocation " << k;
   }
   ASSERT_TRUE(ra.has_value());
   EXPECT_GE(failures, 50) << "the step should allocate more than that on its way";

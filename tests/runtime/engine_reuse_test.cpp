@@ -80,8 +80,10 @@ class EngineReuse : public ::testing::Test {
 };
 
 // A context with a known 64-token system prompt is released; the next context with the same
-// prompt adopts its four blocks from the cache (prefix-hit tokens in the step's stats) and
-// gets the logits of a fresh engine. Fails when released blocks leave the index at once.
+// prompt and first reader adopts its four blocks from the cache (prefix-hit tokens in the
+// step's stats) and gets the logits of a fresh engine. Fails when released blocks leave the
+// index at once. A context whose first reader is another adapter adopts nothing: with writer
+// `first` its rows are that reader's own (in `full` they always were).
 TEST_F(EngineReuse, ReleasedSystemPromptIsAdoptedByTheNextContext) {
   const std::vector<int32_t> system = seq_tokens(64, 3);
   for (SharingMode mode : {SharingMode::kFull, SharingMode::kFullShared, SharingMode::kBaseShared,
@@ -108,6 +110,51 @@ TEST_F(EngineReuse, ReleasedSystemPromptIsAdoptedByTheNextContext) {
     ASSERT_TRUE(logits.defined());
     EXPECT_LT(relative_error(logits, fresh_logits({mode, SharedWriter::kFirst}, {a_}, 0, second_tokens)),
               kFloat32LogitsTolerance);
+
+    const ContextId other_reader = engine.create_context({mode, SharedWriter::kFirst}, {b_});
+    engine.append(other_reader, second_tokens);
+    hits = 0;
+    prefill(engine, {other_reader, 0}, [&](Engine&, const StepResult& r) { hits += r.stats.prefix_hit_tokens; });
+    EXPECT_EQ(hits, 0) << "rows a_ wrote, where b_ writes first";
+  }
+}
+
+// Reuse is decided by provenance: whatever other contexts left in the index, a context's
+// logits are a fresh engine's. The engine first runs every writer-`base` mode on the prompt
+// (base rows and the shared C by the base model, each reader's own C; released, so their
+// blocks stay cached), then each mode and writer on the same prompt with three readers, each
+// of which processes the context and answers a probe. Writer `base` reuses the rows; writer
+// `first` and `full` reuse nothing the base model wrote (a reader of writer `first` writes
+// the rows itself). The readers share their A (so base_lr_shared serves them) and differ in B.
+TEST_F(EngineReuse, EveryModeAfterBaseWriterContextsGivesAFreshEnginesLogits) {
+  const std::vector<int32_t> prompt = seq_tokens(45, 6), probe = {4, 11};
+  const std::vector<AdapterPtr> readers = {a_, lorakv::testing::make_tiny_adapter(model(), "a2", 1, 33),
+                                           lorakv::testing::make_tiny_adapter(model(), "a3", 1, 44)};
+  const SharingMode shared_modes[] = {SharingMode::kFullShared, SharingMode::kBaseShared, SharingMode::kBaseLrShared};
+  std::vector<ContextOptions> cases = {{SharingMode::kFull, SharedWriter::kFirst}};
+  for (SharingMode mode : shared_modes) {
+    for (SharedWriter writer : {SharedWriter::kFirst, SharedWriter::kBase}) cases.push_back({mode, writer});
+  }
+  for (const ContextOptions& k : cases) {
+    SCOPED_TRACE(std::string(sharing_mode_name(k.mode)) + " writer " + shared_writer_name(k.writer));
+    Engine engine(model(), pools());
+    for (SharingMode mode : shared_modes) {
+      const ContextId warm = engine.create_context({mode, SharedWriter::kBase}, readers);
+      engine.append(warm, prompt);
+      for (int32_t r = 0; r < 3; ++r) prefill(engine, {warm, r});
+      engine.release_context(warm);
+    }
+    const ContextId c = engine.create_context(k, readers);
+    engine.append(c, prompt);
+    int64_t hits = 0;
+    prefill(engine, {c, 0}, [&](Engine&, const StepResult& r) { hits += r.stats.prefix_hit_tokens; });
+    const bool reused = k.mode != SharingMode::kFull && k.writer == SharedWriter::kBase;
+    EXPECT_EQ(hits, reused ? 32 : 0) << "whole blocks of 16 below the last token";
+    for (int32_t r = 0; r < 3; ++r) {
+      EXPECT_LT(relative_error(probe_logits(engine, {c, r}, probe), fresh_probe_logits(k, readers, r, prompt, probe)),
+                kFloat32LogitsTolerance)
+          << "reader " << r;
+    }
   }
 }
 
