@@ -116,6 +116,10 @@ void RuntimeCore::start(int64_t session_id, const std::vector<std::string>& name
       it->second.stats.tokens_processed += out.tokens_processed;
       it->second.stats.prefix_hit_tokens += out.prefix_hit_tokens;
     };
+    job.on_deferred = [this, session_id](const runtime::StepAdmission& why) {
+      auto it = sessions.find(session_id);
+      if (it != sessions.end() && why.waits_for < 0) ++it->second.stats.deferred_for_rows;  // not a same-step prefix wait
+    };
     job.paused = [raw = g.get()] { return raw->request && raw->request->channel->full(); };
     job.priority = s.options.priority;
     job.group = session_id;

@@ -4,8 +4,6 @@
 
 #include <ATen/Parallel.h>
 
-#include <set>
-
 #include "lorakv/agents/runtime_core.h"
 #include "lorakv/agents/session_file.h"
 #include "lorakv/common/errors.h"
@@ -37,6 +35,10 @@ void check_options(const RuntimeOptions& o) {
   positive(o.prefill_chunk, "prefill_chunk");
   if (o.step_token_budget < 0) throw ConfigError("step_token_budget must be 0 (no limit) or more", {"", "step_token_budget"});
   if (o.threads < 0) throw ConfigError("threads must be 0 (libtorch's default) or more", {"", "threads"});
+  if (o.max_waiting_calls < 0) throw ConfigError("max_waiting_calls must be 0 or more", {"", "max_waiting_calls"});
+  if (o.max_admission_wait.count() < 0) {
+    throw ConfigError("max_admission_wait must be 0 (no limit) or more", {"", "max_admission_wait"});
+  }
 }
 
 
@@ -229,14 +231,13 @@ RuntimeStats Runtime::stats() const {
         r.kv_bytes_capacity = m.cache.reserved_bytes;
         r.base_row_bytes = runtime::Engine::base_row_bytes(*core->loaded.model, core->engine->options());
         r.adapter_bytes = core->registry->num_bytes();
-        r.steps = core->driver->stats().steps;
-        r.rows_evicted = core->driver->stats().rows_evicted;
+        r.driver = core->driver->stats();
+        for (const auto& [id, session] : core->sessions) r.replies_in_flight += static_cast<int64_t>(session.in_flight.size());
+        r.open_requests = static_cast<int64_t>(core->requests.size());
         r.kv_dtype = runtime::kv_dtype_name(runtime::Engine::base_kv_dtype(*core->loaded.model, core->engine->options()));
         r.admitted_sessions = core->admitted_sessions;
         r.peak_admitted_sessions = core->peak_admitted_sessions;
-        std::set<int64_t> waiting;
-        for (const WaitingStart& w : core->waiting) waiting.insert(w.session);
-        r.waiting_sessions = static_cast<int64_t>(waiting.size());
+        r.waiting_calls = static_cast<int64_t>(core->waiting.size());
         return r;
       },
       "Runtime::stats");

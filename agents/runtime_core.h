@@ -139,7 +139,7 @@ struct SessionState {
   SessionStats stats;
   double decode_seconds = 0;
   int64_t decode_tokens = 0;
-  bool admitted = false;    // holds `reserved` (SessionOptions::reserve_tokens)
+  bool admitted = false;    // holds `reserved` (agents/admission.cpp)
   Reservation reserved;
 };
 
@@ -212,9 +212,15 @@ struct RuntimeCore : StepSource {
   void finish(SessionState* s, const std::shared_ptr<Generation>& g);
   void resolve_unstarted(WaitingStart& call, ReplyEnd end);
   void fail_unstarted(WaitingStart& call, std::exception_ptr error);
-  Reservation reservation_for(const SessionState& s) const;
+  // Blocks for a trajectory of `trajectory_tokens` in the session's mode, plus private blocks.
+  Reservation rows_for(const SessionState& s, int64_t trajectory_tokens, int64_t private_blocks) const;
+  Reservation reservation_for(const SessionState& s) const;  // what reserve_tokens declares
+  // A call of a session without reserve_tokens: its trajectory, every reply in flight and
+  // the call's replies (each also as private rows).
+  Reservation demand_of(const SessionState& s, const WaitingStart& call) const;
+  std::optional<Reservation> still_needed(const SessionState& s, const WaitingStart& call) const;
   Reservation capacity_for(const Reservation& wanted) const;  // the pools wanted uses
-  bool try_admit(SessionState& s);
+  bool try_hold(SessionState& s, const Reservation& wanted);  // grows s's reservation to wanted if it fits
 };
 
 }  // namespace lorakv::agents

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lorakv/runtime/driver_stats.h"
 #include "lorakv/runtime/reply_decoder.h"
 #include "lorakv/runtime/sharing_mode.h"
 
@@ -40,6 +41,10 @@ struct RuntimeOptions {
   // Most tokens one engine step runs over every session. Decoding goes first; appended text
   // is processed in chunks with what is left, so a long append does not stall decoding.
   int64_t step_token_budget = 512;
+  // Generate calls waiting for room in the pools (admission): past this many a new call is
+  // refused at once, and a call that waited this long is refused (both OverloadedError).
+  int64_t max_waiting_calls = 1024;
+  std::chrono::milliseconds max_admission_wait{std::chrono::seconds(120)};  // 0: no limit
 };
 
 struct SessionOptions {
@@ -52,15 +57,17 @@ struct SessionOptions {
   cache::eviction::EvictionConfig eviction;
   int32_t priority = 0;               // higher goes first when a step's budget is short
   int64_t max_tokens_per_step = 0;    // this session's tokens in one engine step; 0: no cap
-  // Whole-session admission. With reserve_tokens > 0 (the most tokens the trajectory will
-  // hold, replies included) the session runs only once the pools can hold its rows for that
-  // many tokens in its mode (every agent's own rows in `full`, one shared set plus residual
-  // streams in the others) and one reply of reserve_reply_tokens per agent (instruction,
-  // header and reply), beside every other admitted session's reservation. Until then its
-  // generate calls wait, first come first served (their timeout counts, cancel ends them);
-  // a session that cannot fit even alone is refused (SessionCapacityError). The reservation
-  // is held until close; agents added later grow it without waiting. 0: no reservation: the
-  // session's work is admitted step by step as the pools allow.
+  // Admission (agents/admission.cpp). With reserve_tokens > 0 (the most tokens the
+  // trajectory will hold, replies included) the session runs only once the pools can hold
+  // its rows for that many tokens in its mode (every agent's own rows in `full`, one shared
+  // set plus residual streams in the others) and one reply of reserve_reply_tokens per
+  // agent (instruction, header and reply), beside every other session's reservation; agents
+  // added later grow it without waiting. 0: the reservation grows with each generate call
+  // to the trajectory plus the call's replies (max_tokens each). Either way a call waits,
+  // first come first served, until its reservation fits (its timeout counts, cancel ends
+  // it; RuntimeOptions bounds the wait); one that cannot fit even alone is refused
+  // (SessionCapacityError). A reservation is held until close, so others' work never takes
+  // the rows an admitted session reserved.
   int64_t reserve_tokens = 0;
   int64_t reserve_reply_tokens = 256;
 };
@@ -117,6 +124,7 @@ struct SessionStats {
   int64_t tokens_processed = 0;   // rows run for the session's agents (context, private, generated)
   int64_t tokens_generated = 0;
   int64_t prefix_hit_tokens = 0;  // context tokens whose rows were found in the cache
+  int64_t deferred_for_rows = 0;  // times a step could not take its work for lack of free rows
   int64_t replies = 0;
   // KV bytes the session's rows hold, by component (whole blocks; a block shared with another
   // session by prefix counts in each).
@@ -127,16 +135,19 @@ struct SessionStats {
 
 struct RuntimeStats {
   int64_t sessions = 0;
-  // Sessions with a reservation (SessionOptions::reserve_tokens): admitted now, waiting for
-  // room now, and the most admitted at once so far.
-  int64_t admitted_sessions = 0, waiting_sessions = 0, peak_admitted_sessions = 0;
+  // Sessions holding a reservation (agents/admission.cpp): now, and the most at once so
+  // far; waiting_calls: generate calls (and request replies) waiting for room now.
+  int64_t admitted_sessions = 0, waiting_calls = 0, peak_admitted_sessions = 0;
   int64_t kv_bytes_in_use = 0, kv_bytes_peak = 0, kv_bytes_capacity = 0;
   // Bytes one token row takes in the base pool (every layer's K and V): kv_pool_bytes over
   // it is how many token rows the base pool holds.
   int64_t base_row_bytes = 0;
   int64_t adapter_bytes = 0;  // every loaded adapter
-  int64_t steps = 0;          // engine steps so far
-  int64_t rows_evicted = 0;   // base rows every session's eviction dropped so far
+  // The engine thread's steps so far: steps, tokens, prefix hits, deferred work, rows
+  // evicted (base rows every session's eviction dropped) and host time per phase.
+  runtime::DriverStats driver;
+  int64_t replies_in_flight = 0;  // generating now (a reply paused by its request's reader included)
+  int64_t open_requests = 0;      // request handles not yet over (agents/request.h)
   std::string kv_dtype;       // the base pool's element type: float32, bfloat16 or int8
 };
 

@@ -162,7 +162,7 @@ void RunPrinter::summary(const agents::SessionStats& s, const agents::RuntimeSta
              .add("mode", f.mode)
              .add("kv_dtype", rt.kv_dtype)
              .add("eviction", f.eviction.empty() ? formats::JsonValue{} : formats::JsonValue::make_string(f.eviction))
-             .add("rows_evicted", rt.rows_evicted)
+             .add("rows_evicted", rt.driver.rows_evicted)
              .add("trajectory_tokens", s.trajectory_tokens)
              .add("agents", per_agent)
              .add("kv_bytes", JsonLine()
@@ -179,7 +179,7 @@ void RunPrinter::summary(const agents::SessionStats& s, const agents::RuntimeSta
   std::string text = "\nsummary (" + f.mode + ", " + std::to_string(s.trajectory_tokens) + " trajectory tokens, KV " +
                      rt.kv_dtype + ", " +
                      (f.eviction.empty() ? std::string("no eviction")
-                                         : "eviction " + f.eviction + ": " + std::to_string(rt.rows_evicted) +
+                                         : "eviction " + f.eviction + ": " + std::to_string(rt.driver.rows_evicted) +
                                                " rows evicted") +
                      ")\n";
   text += "agent         turns  tokens  ttft p50    decode tokens/s\n";

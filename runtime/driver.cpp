@@ -231,8 +231,11 @@ bool Driver::step_over(std::map<JobId, Slot>& slots) {
     }
   }
   for (size_t e = 0; e < fill.work.size(); ++e) {
-    if (!result.admissions[e].admitted) continue;
     Slot& s = slots.at(fill.owner[e]);
+    if (!result.admissions[e].admitted) {
+      if (s.job->on_deferred) s.job->on_deferred(result.admissions[e]);
+      continue;
+    }
     try {
       take_output(engine_, s, result.outputs[e]);
     } catch (...) {

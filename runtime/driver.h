@@ -27,6 +27,7 @@
 #include <optional>
 #include <vector>
 
+#include "lorakv/runtime/driver_stats.h"
 #include "lorakv/runtime/engine.h"
 
 namespace lorakv::runtime {
@@ -44,6 +45,9 @@ struct DriverJob {
   // Called with each step output of the job's work (its tokens processed, prefix hits, and
   // its logits: the last row's, or every row's with all_logits).
   std::function<void(const StepOutput&)> on_output;
+  // Called when a step could not take the job's work (the pools were short, or it waits
+  // for rows another entry writes in the same step); it is asked again next step.
+  std::function<void(const StepAdmission&)> on_deferred;
   // Every processed row's logits to on_output (context chunks and the suffix), not only
   // the last: the teacher-forced job kind.
   bool all_logits = false;
@@ -73,15 +77,6 @@ struct DriverOptions {
   int64_t step_token_budget = 0;  // most tokens one step runs over all jobs; 0: no limit
 };
 
-// Sums over the steps a driver ran.
-struct DriverStats {
-  int64_t steps = 0;
-  int64_t tokens_processed = 0, prefix_hit_tokens = 0, deferred = 0;
-  double admit_seconds = 0, run_seconds = 0, commit_seconds = 0;
-  double write_seconds = 0, views_seconds = 0, kernel_seconds = 0;
-  int64_t rows_evicted = 0;
-  double evict_seconds = 0;
-};
 
 using JobId = int64_t;
 
