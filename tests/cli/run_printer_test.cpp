@@ -97,7 +97,7 @@ TEST(RunPrinter, SummaryStatesKvDtypeEvictionAndWhatFullCachesAssume) {
   s.shared_kv_bytes = 1 << 20;
   agents::RuntimeStats rt;
   rt.kv_dtype = "int8";
-  rt.rows_evicted = 120;
+  rt.driver.rows_evicted = 120;
   rt.base_row_bytes = 1 << 14;  // 16 KiB a row
   SummaryFacts f;
   f.mode = "full_shared";
