@@ -108,7 +108,9 @@ ReplayOptions layer_probes(const Case& c, const std::vector<AdapterPtr>& readers
                            bool swap, int64_t band, FidelityTables& t) {
   ReplayOptions options;
   options.before_turn = [&, c, swap, band](const RoleTurnInfo& turn, runtime::Engine& engine, runtime::ContextId ctx) {
-    const runtime::ContextRows rows = engine.export_context(ctx, {});
+    std::vector<int32_t> all_readers(readers.size());  // import takes back what export names
+    for (size_t i = 0; i < readers.size(); ++i) all_readers[i] = static_cast<int32_t>(i);
+    const runtime::ContextRows rows = engine.export_context(ctx, all_readers);
     const LayerRows seen = rows_reader_sees(*rows.shared, readers[turn.reader].get(), engine.model());
     t.layers[c.key() + "," + turn.role].add(seen, own_rows(own[turn.index]));
     if (!swap) return;

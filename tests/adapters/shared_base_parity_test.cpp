@@ -107,13 +107,21 @@ TEST_F(SharedBaseParity, PlannerFirstStepMatchesPeftWithTheContextUnderDisableAd
   for (const SharedBasePrompt& p : prompts_) {
     const at::Tensor ref = lorakv::testing::float_tensor(*reference_, p.key);  // float32 [vocab]
     const at::Tensor ours = first_step_logits(p, {SharingMode::kFullShared, SharedWriter::kBase});
-    // `full` runs the context with the adapter: what the comparison must tell apart.
-    const at::Tensor full = first_step_logits(p, {SharingMode::kFull, SharedWriter::kFirst});
     ASSERT_EQ(ours.sizes(), ref.sizes()) << p.key;
-    const double err = relative_error(ours, ref), full_err = relative_error(full, ref);
-    std::printf("  %-14s %3zu context tokens: max |ours - peft| / max |peft| = %.3g (full: %.3g)\n", p.key.c_str(),
-                p.context.size(), err, full_err);
+    const double err = relative_error(ours, ref);
+    std::printf("  %-14s %3zu context tokens: max |ours - peft| / max |peft| = %.3g\n", p.key.c_str(), p.context.size(), err);
     EXPECT_LT(err, kRelativeTolerance) << p.key;
+  }
+}
+
+// `full` runs the context with the adapter: the comparison must tell it apart (one short
+// prompt per set keeps the test to a few seconds).
+TEST_F(SharedBaseParity, FullModeIsFarFromPeftsSharedBaseLogits) {
+  for (const SharedBasePrompt& p : prompts_) {
+    if (p.key.substr(p.key.rfind('.')) != ".0") continue;
+    const at::Tensor ref = lorakv::testing::float_tensor(*reference_, p.key);  // float32 [vocab]
+    const double full_err = relative_error(first_step_logits(p, {SharingMode::kFull, SharedWriter::kFirst}), ref);
+    std::printf("  %-14s full: max |full - peft| / max |peft| = %.3g\n", p.key.c_str(), full_err);
     EXPECT_GT(full_err, 100 * kRelativeTolerance) << p.key << ": the adapter barely changes the context's rows";
   }
 }
