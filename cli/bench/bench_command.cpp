@@ -57,6 +57,9 @@ token of a joining agent and aggregate decode of 8 agents, as ratios against ful
 part also runs activated LoRA (aLoRA) twins of the adapters (the same factors, invoked by
 their turn header): 1 to 16 aLoRA agents on the longest trajectory, their fidelity against
 their own exact forward, and their time to first token and decode.
+The fidelity part also writes KL and top-1 per role and per the role's turn ordinal
+(fidelity_turns.csv) and, on the short contexts, per layer the relative error of the K and
+V rows each reader sees against its own full rows (fidelity_layers.csv).
 Writes memory.csv, fidelity.csv, latency.csv and memory.png under --out. Run it with
 nothing else on the machine: the timings are ratios measured in one run.
 
@@ -74,6 +77,18 @@ flags:
   --lengths LIST      context lengths T of the memory grid, e.g. 512,2048 (overrides the grid's)
   --agents LIST       agent counts N of the memory grid, e.g. 1,8,16
   --decode-lengths LIST  context lengths of the 8-agent decode, e.g. 2048,4096
+  --fidelity-short N  short fidelity contexts, one held-out trajectory each (default 4,
+                      --full 12)
+  --fidelity-long N   long fidelity contexts, trajectories appended to about 2K tokens
+                      (default 1, --full 3)
+  --fidelity-sets LIST  adapter sets of the fidelity part (default
+                      all_linear,qv_shared_a,alora_twins)
+  --swap MODE:WRITER  the swap ablation for that mode (e.g. full_shared:base), on the short
+                      contexts: before each role turn, the mode's rows of a band of layers
+                      are replaced by the reader's own full rows and the turn runs again;
+                      writes fidelity_swap.csv (each band's KL and the share of the mode's
+                      KL it recovers; the last band is every layer, which recovers it all)
+  --swap-band B       layers per band of the swap ablation (default 1)
   --repetitions N     timed repetitions per mode (default 3)
   --python FILE       Python with matplotlib for the PNG (default the checkout's
                       .venv-bench/bin/python, else .venv/bin/python, else python3)
@@ -88,6 +103,17 @@ std::vector<std::string> split(const std::string& text) {
   return out;
 }
 
+// "full_shared:base" -> the mode and writer of the swap ablation (a shared mode).
+runtime::ContextOptions parse_swap_mode(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::optional<runtime::SharingMode> mode = runtime::parse_sharing_mode(text.substr(0, colon));
+  const std::optional<runtime::SharedWriter> writer =
+      colon == std::string::npos ? std::nullopt : runtime::parse_shared_writer(text.substr(colon + 1));
+  if (!mode || !writer || *mode == runtime::SharingMode::kFull) {
+    throw UsageError("bad mode", {"", "--swap", "a shared mode and its writer, e.g. full_shared:base", text, ""});
+  }
+  return {*mode, *writer};
+}
 
 void plot(const MemoryBenchOptions& o, std::ostream& out) {
   if (o.python.empty()) return;
@@ -136,7 +162,7 @@ int run_bench(const std::vector<std::string>& args, std::ostream& out, std::ostr
 int run_memory_bench(const std::vector<std::string>& args, std::ostream& out) {
   const CliArgs a(args,
                   {"--model", "--assets", "--out", "--parts", "--repetitions", "--python", "--lengths", "--agents",
-                   "--decode-lengths"},
+                   "--decode-lengths", "--fidelity-short", "--fidelity-long", "--fidelity-sets", "--swap", "--swap-band"},
                   {"--quick", "--full", "--help"}, "bench memory");
   if (a.has("--help")) {
     out << kHelp;
@@ -152,7 +178,18 @@ int run_memory_bench(const std::vector<std::string>& args, std::ostream& out) {
   o.repetitions = a.get_int("--repetitions", 3, 1, 100);
   o.agents = {1, 2, 4, 8, 16};
   o.lengths = o.full_grid ? std::vector<int64_t>{512, 2048, 8192} : std::vector<int64_t>{512};
-  o.fidelity_trajectories = o.full_grid ? 12 : 4;
+  o.fidelity_trajectories = a.get_int("--fidelity-short", o.full_grid ? 12 : 4, 0, 360);
+  o.fidelity_long = a.get_int("--fidelity-long", o.full_grid ? 3 : 1, 0, 100);
+  if (const std::optional<std::string> sets = a.get("--fidelity-sets")) {
+    o.fidelity_sets = split(*sets);
+    for (const std::string& set : o.fidelity_sets) {
+      if (set != "all_linear" && set != "qv_shared_a" && set != "alora_twins") {
+        throw UsageError("unknown adapter set", {"", "--fidelity-sets", "all_linear, qv_shared_a or alora_twins", set, ""});
+      }
+    }
+  }
+  if (const std::optional<std::string> swap = a.get("--swap")) o.swap_mode = parse_swap_mode(*swap);
+  o.swap_band = a.get_int("--swap-band", 1, 1, 1024);
   o.decode_lengths = o.full_grid ? std::vector<int64_t>{2048, 4096} : std::vector<int64_t>{2048};
   auto int_list = [&](const char* flag, std::vector<int64_t>& into, int64_t max) {
     const std::optional<std::string> text = a.get(flag);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,7 +38,12 @@ struct MemoryBenchOptions {
   bool full_grid = false;  // false: --quick
   std::vector<int64_t> agents;  // N
   std::vector<int64_t> lengths;  // T
-  int64_t fidelity_trajectories = 0;
+  int64_t fidelity_trajectories = 0;  // short fidelity contexts: one held-out trajectory each
+  int64_t fidelity_long = 0;          // long ones: trajectories appended to about 2K tokens
+  std::vector<std::string> fidelity_sets = {"all_linear", "qv_shared_a", "alora_twins"};
+  // The swap ablation's mode (short contexts only; unset: none) and its band of layers.
+  std::optional<runtime::ContextOptions> swap_mode;
+  int64_t swap_band = 1;
   std::vector<int64_t> decode_lengths;
   int64_t repetitions = 3;
 };
