@@ -17,8 +17,9 @@ build:
 bench:
 	bash tools/bench.sh
 
-# ThreadSanitizer build of the common, formats and cache tests and the adapter registry's
-# tests (outside `make test`; its own build folder build-tsan/).
+# ThreadSanitizer build of the common, formats and cache tests, the adapter registry's, the
+# engine thread's, and the concurrent sessions and request handles on the real engine
+# (outside `make test`; its own build folder build-tsan/).
 tsan:
 	bash tools/tsan.sh
 

@@ -56,6 +56,18 @@ GenerateOptions reply_options(const RequestOptions& o, int64_t index) {
   return g;
 }
 
+// The request's end: on_complete, then kDone (a reader that took kDone sees its effects).
+void end_request(RequestState& r) {
+  if (r.options.on_complete) {
+    try {
+      r.options.on_complete(r.result);
+    } catch (const std::exception& e) {
+      log::warn(std::string("a request's on_complete threw: ") + e.what());
+    }
+  }
+  r.channel->finish(r.result);
+}
+
 }  // namespace
 
 void RequestChannel::push(RequestEvent event) {
@@ -169,9 +181,9 @@ void RuntimeCore::open_request(const std::shared_ptr<RequestState>& r) {
     for (const std::shared_ptr<Generation>& g : r->replies) g->request.reset();  // nothing of it reaches the channel
     for (int64_t id : r->sessions) close_session(id);
     r->channel->accept(error);
-    RequestResult refused;
-    refused.error = error;
-    r->channel->finish(std::move(refused));
+    r->result = RequestResult{};
+    r->result.error = error;
+    end_request(*r);
   }
 }
 
@@ -229,14 +241,7 @@ void RuntimeCore::request_reply_ended(const std::shared_ptr<Generation>& g) {
     for (int64_t id : ids) close_session(id);
   });
   for (const std::shared_ptr<Generation>& each : r->replies) each->request.reset();  // no cycle through the replies
-  r->channel->finish(r->result);
-  if (r->options.on_complete) {
-    try {
-      r->options.on_complete(r->result);
-    } catch (const std::exception& e) {
-      log::warn(std::string("a request's on_complete threw: ") + e.what());
-    }
-  }
+  end_request(*r);
 }
 
 RequestHandle::~RequestHandle() {

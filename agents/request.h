@@ -76,8 +76,9 @@ struct RequestOptions : runtime::ReplyRules {
   std::chrono::milliseconds timeout{0};   // 0: none; past it every reply ends as kDeadline
   size_t max_pending_events = 256;        // events not yet taken before the request pauses
   std::chrono::milliseconds stall_timeout{std::chrono::seconds(30)};  // paused this long: cancelled
-  // Called once with the result on the engine thread when the request ends, after its last
-  // event is queued. It must return quickly and must not call a blocking runtime method.
+  // Called once with the result on the engine thread when the request ends, after every
+  // reply's last event and before kDone is queued. It must return quickly and must not
+  // call a blocking runtime method.
   std::function<void(const RequestResult&)> on_complete;
 };
 

@@ -30,7 +30,8 @@ commands:
   inspect    what a GGUF file, a checkpoint or an adapter holds: sizes, KV bytes per token,
              chat format; rank and targets of an adapter; the adapters in a folder
   bench      benchmarks (minutes to hours; 'lorakv bench --help' lists them with their times):
-             memory, sessions, episodes, eviction, eviction-layout
+             memory, sessions, requests, episodes, eviction,
+             eviction-layout
   version    lorakv version, git commit, libtorch version, CPU and vector path (also --version)
 
 Run 'lorakv <command> --help' for the command's flags.

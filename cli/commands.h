@@ -26,6 +26,8 @@ const char* bench_help();
 int run_memory_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv bench sessions` (cli/bench/bench_sessions.cpp); args after "sessions".
 int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out);
+// `lorakv bench requests` (cli/bench/bench_requests.cpp); args after "requests".
+int run_requests_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv bench episodes` (cli/bench/bench_episodes.cpp); args after "episodes".
 int run_episodes_bench(const std::vector<std::string>& args, std::ostream& out);
 // `lorakv bench eviction` (cli/bench/bench_eviction.cpp); args after "eviction".

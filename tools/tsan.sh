@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # tools/tsan.sh: a ThreadSanitizer build in its own folder (build-tsan/) of the tests of the
-# torch-free layers (common, formats), of the cache, of the adapter registry, and of the
-# sessions' engine thread (agents/scheduler.h against a fake engine, no libtorch), then runs
-# them under TSan. Any TSan report fails the run (TSan's exit code 66), as does any failed
+# torch-free layers (common, formats), of the cache, of the adapter registry, of the
+# sessions' engine thread (agents/scheduler.h against a fake engine, no libtorch), and of
+# the sessions and request handles on the real engine (16 sessions from 4 threads, request
+# handles: cancel, pause and stall, a handle outliving its runtime; libtorch on one
+# thread), then runs them under TSan. Any TSan report fails the run (TSan's exit code 66), as does any failed
 # test. Only libtorch's own frames may be suppressed (tools/tsan.supp): libtorch and its
 # OpenMP runtime are not instrumented, lorakv and the tests are.
 #
@@ -27,7 +29,7 @@ binaries=()
 for layer in common formats cache adapters; do
   if [ -f "$LORAKV_ROOT/tests/$layer/CMakeLists.txt" ]; then binaries+=("lorakv_${layer}_tests"); fi
 done
-if [ -f "$LORAKV_ROOT/tests/agents/CMakeLists.txt" ]; then binaries+=(lorakv_agents_core_tests); fi
+if [ -f "$LORAKV_ROOT/tests/agents/CMakeLists.txt" ]; then binaries+=(lorakv_agents_core_tests lorakv_agents_tests); fi
 export LORAKV_BUILD_TARGETS="${binaries[*]}"
 
 # The build shares the machine's cores with every other build: one at a time.
@@ -58,6 +60,10 @@ for binary in "${binaries[@]}"; do
   if [ "$binary" = lorakv_adapters_tests ]; then
     # Only the registry's tests: the PEFT parity tests are single-threaded and slow.
     run_under_tsan "$binary" --gtest_filter='AdapterRegistry.*'
+  elif [ "$binary" = lorakv_agents_tests ]; then
+    # The concurrent ones: the others are single-threaded callers of the same code.
+    OMP_NUM_THREADS=1 run_under_tsan "$binary" \
+      --gtest_filter='SessionConcurrency.*:Requests.*:RequestLifetime.*:SessionAdmission.AFlood*'
   else
     run_under_tsan "$binary"
   fi

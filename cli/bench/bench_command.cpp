@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "lorakv/cli/bench/bench_report.h"
 #include "lorakv/cli/bench/bench_memory.h"
 #include "lorakv/cli/cli.h"
 #include "lorakv/cli/bench/bench_defaults.h"
@@ -34,6 +35,9 @@ run. Times are for their defaults on 2 cores.
   sessions         S concurrent sessions through the sessions API's scheduler against
                    sequential and driver sides; the shared decode step of 8 agents;
                    admission in a pool that just fits (about 9 minutes)
+  requests         one-message requests through a request handle against the sessions
+                   API: time to first token, aggregate tokens/s of 16 concurrent
+                   requests (about 3 minutes)
   episodes         the agentic QA task in each sharing mode and writer: success rate
                    against full, KV bytes per episode (about an hour per adapter set for
                    its 360 questions; --n 20 about 4 minutes)
@@ -116,22 +120,7 @@ runtime::ContextOptions parse_swap_mode(const std::string& text) {
 }
 
 void plot(const MemoryBenchOptions& o, std::ostream& out) {
-  if (o.python.empty()) return;
-  const std::string script = checkout_path("tools/plot_memory_bench.py");
-  const std::vector<std::string> cmd = {o.python, script, "--dir", o.out_dir};
-  int rc = -1;
-  try {
-    rc = run_process(cmd).exit_code;
-  } catch (const InternalError&) {  // a bug stays one
-    throw;
-  } catch (const Error& e) {
-    out << e.what() << "\n";
-  }
-  if (rc == 0) {
-    out << "wrote " << o.out_dir << "/memory.png\n";
-  } else {
-    out << "memory.png not written: " << describe_command(cmd) << " failed (matplotlib missing? pass --python)\n";
-  }
+  if (!o.python.empty()) draw_plot(o.python, "tools/plot_memory_bench.py", o.out_dir, "memory.png", out);
 }
 
 }  // namespace
@@ -140,6 +129,7 @@ const std::vector<BenchEntry>& benchmarks() {
   static const std::vector<BenchEntry> table = {
       {"memory", run_memory_bench},
       {"sessions", run_sessions_bench},
+      {"requests", run_requests_bench},
       {"episodes", run_episodes_bench},
       {"eviction", run_eviction_bench},
       {"eviction-layout", run_eviction_layout_bench},

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "lorakv/cache/paged_kv_cache.h"
+#include "lorakv/cli/bench/bench_report.h"
 #include "lorakv/cli/cli_args.h"
 #include "lorakv/cli/commands.h"
 #include "lorakv/common/cpu_features.h"
@@ -177,10 +178,6 @@ RunResult run_once(Layout layout, Pattern pattern, int64_t budget, int64_t steps
   return r;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include "lorakv/cli/bench/bench_report.h"
 #include "lorakv/cli/bench/bench_defaults.h"
 #include "lorakv/cli/bench/bench_eviction_retrieval.h"
 #include "lorakv/common/errors.h"
@@ -265,22 +266,7 @@ void run_retrieval_part(const runtime::LlamaModel& model, const formats::BpeToke
 }
 
 void plot_eviction(const std::string& python, const std::string& dir, std::ostream& out) {
-  const std::string script = checkout_path("tools/plot_eviction.py");
-  const std::vector<std::string> cmd = {python.empty() ? default_bench_python() : python, script, "--dir", dir};
-  if (python.empty() || !std::filesystem::exists(script)) {
-    out << "plot: " << describe_command(cmd) << " (from the repository, after bash tools/setup_python.sh bench)\n";
-    return;
-  }
-  int rc = -1;
-  try {
-    rc = run_process(cmd).exit_code;
-  } catch (const InternalError&) {  // a bug stays one
-    throw;
-  } catch (const Error& e) {
-    out << e.what() << "\n";
-  }
-  out << (rc == 0 ? "wrote " + dir + "/eviction.png\n"
-                  : "eviction.png not written: " + describe_command(cmd) + " failed (matplotlib missing? pass --python)\n");
+  draw_plot(python, "tools/plot_eviction.py", dir, "eviction.png", out);
 }
 
 }  // namespace lorakv::cli

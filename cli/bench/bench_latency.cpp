@@ -19,6 +19,7 @@
 #include <string>
 #include <utility>
 
+#include "lorakv/cli/bench/bench_report.h"
 #include "lorakv/cli/bench/bench_memory.h"
 #include "lorakv/common/errors.h"
 #include "lorakv/runtime/driver.h"
@@ -157,10 +158,6 @@ DecodeTimes decode_steps(DecodeSide& s, int64_t steps) {
   return t;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 #include "lorakv/adapters/adapter_registry.h"
 #include "lorakv/agents/chat_layout.h"
 #include "lorakv/agents/runtime.h"
+#include "lorakv/cli/bench/bench_report.h"
 #include "lorakv/cli/bench/bench_memory.h"
 #include "lorakv/cli/bench/bench_sessions_capacity.h"
 #include "lorakv/cli/bench/bench_defaults.h"
@@ -235,14 +236,6 @@ Measure run_driver(DirectSide& d, SharingMode mode, const std::vector<std::strin
   return m;
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
-
-double median(std::vector<double> v) { return percentile(std::move(v), 0.5); }
 
 // N agents (the shared-A role adapters, then synthetic ones with the same A) on one shared
 // context of real text reply together (generate_all), in base_lr_shared and full, the modes
@@ -431,19 +424,7 @@ int run_sessions_bench(const std::vector<std::string>& args, std::ostream& out) 
     c.repetitions = o.repetitions;
     run_capacity_bench(c, qs, out);
   }
-  if (!o.python.empty()) {
-    const std::vector<std::string> cmd = {o.python, checkout_path("tools/plot_sessions_bench.py"), "--dir", o.out};
-    int rc = -1;
-    try {
-      rc = run_process(cmd).exit_code;
-    } catch (const InternalError&) {  // a bug stays one
-      throw;
-    } catch (const Error& e) {
-      out << e.what() << "\n";
-    }
-    out << (rc == 0 ? "wrote " + o.out + "/sessions.png\n"
-                    : "sessions.png not written: " + describe_command(cmd) + " failed (matplotlib missing? pass --python)\n");
-  }
+  if (!o.python.empty()) draw_plot(o.python, "tools/plot_sessions_bench.py", o.out, "sessions.png", out);
   return 0;
 }
 

@@ -4,6 +4,7 @@
 // each session reserves its three agents' own rows, so fewer are admitted at once and the
 // rest wait for a session to close. Reported per mode: sessions admitted at once, aggregate
 // tokens/s and time to first token (waiting included), alternating the modes per repetition.
+#include "lorakv/cli/bench/bench_report.h"
 #include "lorakv/cli/bench/bench_sessions_capacity.h"
 
 #include <algorithm>
@@ -52,11 +53,6 @@ int64_t pool_bytes(const CapacityBenchOptions& o, int64_t row_bytes) {
   return o.sessions * per_session * kBlockSize * row_bytes;
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5), v.size() - 1)];
-}
 
 CapacityRun run_once(SharingMode mode, const CapacityBenchOptions& o, const std::vector<std::string>& qs,
                      int64_t pool) {

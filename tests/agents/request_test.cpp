@@ -6,6 +6,7 @@
 // runtime::generate, and a handle that outlives its runtime.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -72,7 +73,13 @@ class Requests : public ::testing::Test {
 Runtime* Requests::rt_ = nullptr;
 
 TEST_F(Requests, AHandleStreamsWhatSessionGenerateReturns) {
-  const RequestOptions request = planner_request();
+  RequestOptions request = planner_request();
+  std::atomic<int> completions{0};
+  std::optional<RequestResult> completed;
+  request.on_complete = [&](const RequestResult& r) {  // on the engine thread, before kDone is taken
+    ++completions;
+    completed = r;
+  };
   std::shared_ptr<RequestHandle> h = rt().submit(request);
   h->accepted();
   const Drained d = drain(*h, 1);
@@ -110,6 +117,10 @@ TEST_F(Requests, AHandleStreamsWhatSessionGenerateReturns) {
   EXPECT_EQ(result.usage.completion_tokens, static_cast<int64_t>(c.tokens.size()));
   EXPECT_GT(result.time_to_first_token_s, 0.0);
   EXPECT_FALSE(h->next(0ms).has_value());  // nothing after kDone
+  EXPECT_EQ(completions.load(), 1);
+  ASSERT_TRUE(completed.has_value());
+  EXPECT_EQ(completed->choices[0].tokens, c.tokens);
+  EXPECT_EQ(completed->usage.prompt_tokens, result.usage.prompt_tokens);
 }
 
 TEST_F(Requests, ARepeatedPromptReportsTheRowsItDidNotCompute) {
@@ -175,17 +186,17 @@ TEST_F(Requests, AReaderThatDoesNotDrainPausesItsOwnRequestThenStalls) {
   slow.max_tokens = 64;
   slow.ignore_end_tokens = true;
   slow.max_pending_events = 3;
-  slow.stall_timeout = 1500ms;
+  slow.stall_timeout = 4000ms;  // far beyond the other request's time, even on a loaded machine
   std::shared_ptr<RequestHandle> unread = rt().submit(slow);
   unread->accepted();
   // Another request runs to its end meanwhile: the engine thread is not held up.
   RequestOptions other = planner_request();
-  other.max_tokens = 24;
+  other.max_tokens = 8;
   other.ignore_end_tokens = true;
   const RequestResult done = rt().submit(other)->wait();
-  EXPECT_EQ(done.choices[0].tokens.size(), 24u);
+  EXPECT_EQ(done.choices[0].tokens.size(), 8u);
   EXPECT_FALSE(unread->result().has_value()) << "the unread request ended before its stall timeout";
-  std::this_thread::sleep_for(2500ms);  // past the stall timeout
+  std::this_thread::sleep_for(5000ms);  // past the stall timeout
   const Drained d = drain(*unread, 1);
   EXPECT_EQ(d.ends[0], ReplyEnd::kStalled);
   // It paused with its queue full: at most the queue's worth of tokens was generated.

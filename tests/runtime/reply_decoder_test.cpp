@@ -17,6 +17,7 @@
 #include "lorakv/common/errors.h"
 #include "lorakv/formats/gguf_file.h"
 #include "lorakv/formats/tokenizer_gguf.h"
+#include "lorakv/formats/unicode.h"
 #include "lorakv/runtime/output_prefixes.h"
 #include "lorakv/runtime/reply_decoder.h"
 #include "tests/support/test_settings.h"
@@ -128,6 +129,30 @@ TEST_F(ReplyDecoderVocabulary, ACharacterCutAtMaxTokensEndsAsOneReplacementChara
   const std::vector<std::string> all = feed(whole, ids);
   EXPECT_EQ(all.back(), "\xF0\x9F\x99\x82");
   EXPECT_EQ(whole.text(), "\xF0\x9F\x99\x82");
+}
+
+// Byte tokens a model may emit in any order: a lone continuation byte, a lead byte cut by
+// the next character, a three-byte lead cut by the end. Every piece is valid UTF-8, each
+// ill-formed part one U+FFFD, as transformers' decode (errors="replace") gives.
+TEST_F(ReplyDecoderVocabulary, AdversarialByteTokensComeOutAsValidUtf8) {
+  const std::string fffd = "\xEF\xBF\xBD";
+  auto byte = [](uint8_t b) {
+    const int32_t t = tokenizer().byte_token(b);
+    EXPECT_GE(t, 0) << "no token for byte " << static_cast<int>(b);
+    return t;
+  };
+  const int32_t a = tokenizer().encode("A").front();
+  ReplyRules rules;
+  rules.max_tokens = 6;
+  ReplyDecoder d(rules, &tokenizer(), {});
+  const std::vector<std::string> pieces = feed(d, {byte(0x80), a, byte(0xE5), a, byte(0xE5), byte(0xB0)});
+  EXPECT_EQ(d.finish(), FinishReason::kLength);
+  std::string all;
+  for (const std::string& p : pieces) {
+    EXPECT_EQ(formats::utf8_replace_invalid(p), p) << "a piece is not valid UTF-8";
+    all += p;
+  }
+  EXPECT_EQ(all, fffd + "A" + fffd + "A" + fffd);
 }
 
 TEST_F(ReplyDecoderVocabulary, TopLogprobsAreTheLikeliestTokensInOrder) {
