@@ -1,5 +1,6 @@
-"""Plots `lorakv bench requests`' CSV: time to first token and aggregate tokens/s of the
-request handle against the sessions API, per repetition (the sides alternate in order)."""
+"""Plots `lorakv bench requests`' CSV: time to first token (idle and busy engine) and
+aggregate tokens/s of the request handle against the sessions API, per repetition (the
+sides alternate in order)."""
 import argparse
 import csv
 from pathlib import Path
@@ -15,10 +16,11 @@ def main() -> None:
     p.add_argument("--dir", required=True)
     d = Path(p.parse_args().dir)
     rows = list(csv.DictReader(open(d / "requests.csv")))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     for ax, measure, title, scale in [
-        (axes[0], "ttft_s", "time to first token of one request (ms)", 1e3),
-        (axes[1], "tokens_per_s", "aggregate tokens/s, concurrent requests", 1.0),
+        (axes[0], "ttft_s", "time to first token, idle engine (ms)", 1e3),
+        (axes[1], "busy_ttft_s", "time to first token, engine decoding others (ms)", 1e3),
+        (axes[2], "tokens_per_s", "aggregate tokens/s, concurrent requests", 1.0),
     ]:
         for side in ["handle", "session"]:
             sel = [r for r in rows if r["measure"] == measure and r["side"] == side]

@@ -2,7 +2,9 @@
 // and its handle, agents/request.h) against the sessions API a caller would otherwise use
 // for one-message requests (open_session, add_agent, append, generate), in one run with the
 // sides alternated per repetition:
-//   - time to first token of one request, from the first call to the first token;
+//   - time to first token of one request, from the first call to the first token, on an
+//     idle engine and on one busy decoding other requests (where each blocking call of the
+//     sessions side waits for the engine thread's current step);
 //   - aggregate tokens/s of C concurrent requests (each its own thread on the sessions
 //     side; one submitting thread and one reading thread per request on the handle side).
 #include <ATen/Parallel.h>
@@ -34,7 +36,8 @@ const char* kHelp = R"(usage: lorakv bench requests [flags]
 One-message requests through the request path (Runtime::submit and its handle) against
 the sessions API a caller would otherwise use (open_session, add_agent, append, generate),
 the sides alternated per repetition in one run: time to first token of one request (from
-the first call), and aggregate tokens/s of C concurrent requests. Every request asks a
+the first call) on an idle engine and beside B requests decoding, and aggregate tokens/s
+of C concurrent requests. Every request asks a
 different question of the planner role adapter, so no side finds the other's rows. Writes
 requests.csv and requests.png under --out. Run it with nothing else on the machine.
 
@@ -45,6 +48,8 @@ flags:
   --repetitions N     repetitions of each measure (default 10)
   --concurrent C      concurrent requests of the throughput measure (default 16)
   --tokens N          tokens per request of the throughput measure (default 64)
+  --busy B            requests decoding while the busy time to first token is measured
+                      (default 8)
   --python FILE       Python with matplotlib for the PNG (default the checkout's
                       .venv-bench/bin/python, else .venv/bin/python, else python3)
 )";
@@ -53,7 +58,7 @@ const char* kSystem = "Answer with tools: Lookup[name], Calculate[a - b], Finish
 
 struct Options {
   std::string model, assets, out, python;
-  int64_t repetitions = 10, concurrent = 16, tokens = 64;
+  int64_t repetitions = 10, concurrent = 16, tokens = 64, busy = 8;
 };
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -101,6 +106,18 @@ std::pair<double, int64_t> by_handle(agents::Runtime& rt, const std::string& q, 
   return {first, h->result()->usage.completion_tokens};
 }
 
+// B requests decoding in the background until the returned handles are dropped.
+std::vector<std::shared_ptr<agents::RequestHandle>> keep_busy(agents::Runtime& rt, int64_t first_question, int64_t n) {
+  std::vector<std::shared_ptr<agents::RequestHandle>> busy;
+  for (int64_t i = 0; i < n; ++i) {
+    agents::RequestOptions r = request_for(question(first_question + i), 100000);
+    r.max_pending_events = 1 << 20;  // nobody reads them: never paused
+    busy.push_back(rt.submit(r));
+  }
+  for (auto& h : busy) (void)h->next();  // each is decoding
+  return busy;
+}
+
 // C requests at once on one side: aggregate tokens/s over the wall time.
 double concurrent_rate(agents::Runtime& rt, const std::string& side, int64_t first_question, const Options& o) {
   const Clock::time_point start = Clock::now();
@@ -125,13 +142,14 @@ Options parse(const CliArgs& a) {
   o.repetitions = a.get_int("--repetitions", 10, 1, 1000);
   o.concurrent = a.get_int("--concurrent", 16, 1, 256);
   o.tokens = a.get_int("--tokens", 64, 1, 1024);
+  o.busy = a.get_int("--busy", 8, 0, 64);
   return o;
 }
 
 }  // namespace
 
 int run_requests_bench(const std::vector<std::string>& args, std::ostream& out) {
-  const CliArgs a(args, {"--model", "--assets", "--out", "--repetitions", "--concurrent", "--tokens", "--python"},
+  const CliArgs a(args, {"--model", "--assets", "--out", "--repetitions", "--concurrent", "--tokens", "--busy", "--python"},
                   {"--help"}, "bench requests");
   if (a.has("--help")) {
     out << kHelp;
@@ -153,7 +171,7 @@ int run_requests_bench(const std::vector<std::string>& args, std::ostream& out) 
   const std::string csv_path = o.out + "/requests.csv";
   std::ofstream csv(csv_path);
   csv << "measure,side,repetition,value\n";
-  std::map<std::string, std::vector<double>> ttft, rate;
+  std::map<std::string, std::vector<double>> ttft, busy_ttft, rate;
   int64_t next_question = 0;
   (void)by_handle(rt, question(next_question++), 1);  // warm-up: first-use costs on neither side
   for (int64_t rep = 0; rep < o.repetitions; ++rep) {
@@ -165,6 +183,16 @@ int run_requests_bench(const std::vector<std::string>& args, std::ostream& out) 
       ttft[side].push_back(t);
       csv << "ttft_s," << side << "," << rep << "," << t << "\n" << std::flush;
     }
+    if (o.busy > 0) {
+      const auto background = keep_busy(rt, next_question, o.busy);  // cancelled when dropped
+      next_question += o.busy;
+      for (const std::string& side : order) {
+        const std::string q = question(next_question++);
+        const double t = side == "handle" ? by_handle(rt, q, 1).first : by_session(rt, q, 1).first;
+        busy_ttft[side].push_back(t);
+        csv << "busy_ttft_s," << side << "," << rep << "," << t << "\n" << std::flush;
+      }
+    }
     for (const std::string& side : order) {
       const double r = concurrent_rate(rt, side, next_question, o);
       next_question += o.concurrent;
@@ -173,14 +201,17 @@ int run_requests_bench(const std::vector<std::string>& args, std::ostream& out) 
     }
   }
   char line[256];
-  out << "side       ttft p50 (ms)  ttft p95 (ms)  tokens/s (" << o.concurrent << " concurrent, median)\n";
+  out << "side       ttft p50 (ms)  ttft p95 (ms)  busy ttft p50 (ms)  tokens/s (" << o.concurrent
+      << " concurrent, median)\n";
   for (const std::string side : {"handle", "session"}) {
-    std::snprintf(line, sizeof line, "%-9s  %13.2f  %13.2f  %8.1f\n", side.c_str(), 1e3 * median(ttft[side]),
-                  1e3 * percentile(ttft[side], 0.95), median(rate[side]));
+    std::snprintf(line, sizeof line, "%-9s  %13.2f  %13.2f  %18.2f  %8.1f\n", side.c_str(), 1e3 * median(ttft[side]),
+                  1e3 * percentile(ttft[side], 0.95), 1e3 * median(busy_ttft[side]), median(rate[side]));
     out << line;
   }
-  std::snprintf(line, sizeof line, "handle / session: time to first token %.3fx, aggregate tokens/s %.3fx\n",
-                median(ttft["handle"]) / median(ttft["session"]), median(rate["handle"]) / median(rate["session"]));
+  std::snprintf(line, sizeof line,
+                "handle / session: time to first token %.3fx (busy: %.3fx), aggregate tokens/s %.3fx\n",
+                median(ttft["handle"]) / median(ttft["session"]), median(busy_ttft["handle"]) / median(busy_ttft["session"]),
+                median(rate["handle"]) / median(rate["session"]));
   out << line << "wrote " << csv_path << "\n";
   if (!o.python.empty()) draw_plot(o.python, "tools/plot_requests_bench.py", o.out, "requests.png", out);
   return 0;
