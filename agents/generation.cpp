@@ -24,16 +24,6 @@ ReplyEnd reply_end(runtime::FinishReason reason) {
   return ReplyEnd::kLength;
 }
 
-// CapacityError is the engine's; sessions report their own type.
-std::exception_ptr as_session_error(std::exception_ptr error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const runtime::CapacityError& e) {
-    return std::make_exception_ptr(SessionCapacityError(e.message(), e.context()));
-  } catch (...) {
-    return std::current_exception();
-  }
-}
 
 // A generation for `name`, checked; nothing changes yet.
 std::shared_ptr<Generation> prepare(RuntimeCore& core, SessionState& s, int64_t session, const std::string& name,
@@ -77,6 +67,20 @@ std::shared_ptr<Generation> prepare(RuntimeCore& core, SessionState& s, int64_t 
 }
 
 }  // namespace
+
+std::exception_ptr as_session_error(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const runtime::CapacityError& e) {  // the engine's; sessions report their own type
+    return std::make_exception_ptr(SessionCapacityError(e.message(), e.context()));
+  } catch (const Error&) {
+    return std::current_exception();
+  } catch (const std::exception& e) {  // libtorch's c10::Error, std::bad_alloc...: a caller maps Errors only
+    return std::make_exception_ptr(InternalError(std::string("unexpected error: ") + e.what()));
+  } catch (...) {
+    return std::make_exception_ptr(InternalError("unexpected error of unknown type"));
+  }
+}
 
 void RuntimeCore::start(int64_t session_id, const std::vector<std::string>& names, const GenerateOptions& options,
                         Clock::time_point started, std::shared_ptr<Generation> alone,

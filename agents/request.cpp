@@ -176,7 +176,7 @@ void RuntimeCore::open_request(const std::shared_ptr<RequestState>& r) {
     }
     r->channel->accept();
   } catch (...) {
-    const std::exception_ptr error = std::current_exception();
+    const std::exception_ptr error = as_session_error(std::current_exception());
     requests.erase(r->id);
     for (const std::shared_ptr<Generation>& g : r->replies) g->request.reset();  // nothing of it reaches the channel
     for (int64_t id : r->sessions) close_session(id);

@@ -143,6 +143,10 @@ struct SessionState {
   Reservation reserved;
 };
 
+// Every failure a reply or a request reports as a lorakv::Error: the engine's CapacityError
+// as SessionCapacityError, any other exception (libtorch's, std::bad_alloc) as InternalError.
+std::exception_ptr as_session_error(std::exception_ptr error);
+
 // Throws ConfigError for session options out of range (open_session and submit).
 void check_session_options(const SessionOptions& options);
 

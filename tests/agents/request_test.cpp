@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lorakv/agents/errors.h"
+#include "lorakv/agents/runtime_core.h"
 #include "lorakv/runtime/generator.h"
 #include "lorakv/runtime/loaded_model.h"
 #include "tests/agents/session_test_util.h"
@@ -253,6 +254,27 @@ TEST_F(Requests, ACompletionPromptContinuesTheTextAsGenerateDoes) {
   EXPECT_EQ(got.choices[0].tokens, want.tokens);
   EXPECT_EQ(got.choices[0].text, want.text);
   EXPECT_EQ(got.usage.prompt_tokens, static_cast<int64_t>(ref.prompt.size()));
+}
+
+// What a caller sees of any failure is a lorakv::Error with a code: the engine's capacity
+// error as the sessions' own, anything else (libtorch's errors, bad_alloc) as internal.
+TEST(RequestErrors, EveryFailureReachesTheCallerAsALorakvError) {
+  auto code_of = [](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(as_session_error(e));
+    } catch (const Error& error) {
+      return std::string(error_code_name(error.code()));
+    } catch (...) {
+      return std::string("(not a lorakv::Error)");
+    }
+  };
+  EXPECT_EQ(code_of(std::make_exception_ptr(runtime::CapacityError("full"))), "capacity_exceeded");
+  EXPECT_THROW(std::rethrow_exception(as_session_error(std::make_exception_ptr(runtime::CapacityError("full")))),
+               SessionCapacityError);
+  EXPECT_EQ(code_of(std::make_exception_ptr(std::runtime_error("c10 said no"))), "internal_error");
+  EXPECT_EQ(code_of(std::make_exception_ptr(std::bad_alloc())), "internal_error");
+  EXPECT_EQ(code_of(std::make_exception_ptr(42)), "internal_error");
+  EXPECT_EQ(code_of(std::make_exception_ptr(UnknownAdapterError("x"))), "unknown_adapter");
 }
 
 TEST(RequestLifetime, AHandleOutlivesItsRuntime) {
