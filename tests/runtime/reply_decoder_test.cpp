@@ -8,36 +8,23 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "lorakv/common/errors.h"
-#include "lorakv/formats/gguf_file.h"
-#include "lorakv/formats/tokenizer_gguf.h"
 #include "lorakv/formats/unicode.h"
 #include "lorakv/runtime/output_prefixes.h"
 #include "lorakv/runtime/reply_decoder.h"
-#include "tests/support/test_settings.h"
+#include "tests/support/model_tokenizer.h"
 
 namespace lorakv::runtime {
 namespace {
 
 class ReplyDecoderVocabulary : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string path = lorakv::testing::test_setting("LORAKV_MODEL");
-    ASSERT_FALSE(path.empty()) << "LORAKV_MODEL is not set";
-    const std::unique_ptr<formats::GgufFile> file = formats::GgufFile::open(path);
-    tokenizer_ = new formats::BpeTokenizer(formats::tokenizer_from_gguf(*file));
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    tokenizer_ = nullptr;
-  }
-  static const formats::BpeTokenizer& tokenizer() { return *tokenizer_; }
+  static const formats::BpeTokenizer& tokenizer() { return lorakv::testing::model_tokenizer(); }
 
   // float32 [vocab]: `token` far ahead of every other.
   static at::Tensor forcing(int32_t token) {
@@ -61,11 +48,7 @@ class ReplyDecoderVocabulary : public ::testing::Test {
     }
     return pieces;
   }
-
- private:
-  static formats::BpeTokenizer* tokenizer_;
 };
-formats::BpeTokenizer* ReplyDecoderVocabulary::tokenizer_ = nullptr;
 
 TEST_F(ReplyDecoderVocabulary, EndsOnEveryModelEndTokenAndOnTheRequestsStopIds) {
   const std::vector<int32_t>& ends = tokenizer().end_of_generation_ids();

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -12,31 +11,15 @@
 
 #include "lorakv/agents/chat_layout.h"
 #include "lorakv/common/errors.h"
-#include "lorakv/formats/gguf_file.h"
-#include "lorakv/formats/tokenizer_gguf.h"
-#include "tests/support/test_settings.h"
+#include "tests/support/model_tokenizer.h"
 
 namespace lorakv::agents {
 namespace {
 
 class AgentsVocabulary : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string path = lorakv::testing::test_setting("LORAKV_MODEL");
-    ASSERT_FALSE(path.empty()) << "LORAKV_MODEL is not set";
-    const std::unique_ptr<formats::GgufFile> file = formats::GgufFile::open(path);
-    tokenizer_ = new formats::BpeTokenizer(formats::tokenizer_from_gguf(*file));
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    tokenizer_ = nullptr;
-  }
-  static const formats::BpeTokenizer& tokenizer() { return *tokenizer_; }
-
- private:
-  static formats::BpeTokenizer* tokenizer_;
+  static const formats::BpeTokenizer& tokenizer() { return lorakv::testing::model_tokenizer(); }
 };
-formats::BpeTokenizer* AgentsVocabulary::tokenizer_ = nullptr;
 
 using Ids = std::vector<int32_t>;
 
