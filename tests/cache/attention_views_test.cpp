@@ -162,7 +162,8 @@ TEST(AttentionViews, Int8PoolMatchesReference) {
     at::manual_seed(16);
     const StorageDtype dtype = StorageDtype::kInt8;
     PagedKvCache cache = filled_cache(hpg, dtype, 19);
-    const kernels::PagedStorage& st = BaseLayerView::of(cache, SeqId(1), 0).storage();
+    const BaseLayerView view = BaseLayerView::of(cache, SeqId(1), 0);  // storage() points into it
+    const kernels::PagedStorage& st = view.storage();
     EXPECT_EQ(st.dtype, kernels::ElementType::kInt8);
     EXPECT_EQ(st.k_scales, cache.pool(0).a_scales().data_ptr<float>());
     EXPECT_EQ(st.v_scales, cache.pool(0).b_scales().data_ptr<float>());
