@@ -24,15 +24,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class Requests : public ::testing::Test {
+class Requests : public testing::RoleRuntimeSuite<Requests> {
  protected:
-  static void SetUpTestSuite() { rt_ = testing::make_role_runtime().release(); }
-  static void TearDownTestSuite() {
-    delete rt_;
-    rt_ = nullptr;
-  }
-  static Runtime& rt() { return *rt_; }
-
   static RequestOptions planner_request(const std::string& question = testing::kQuestion) {
     RequestOptions r;
     r.adapter = "planner";
@@ -67,11 +60,7 @@ class Requests : public ::testing::Test {
     }
     return d;
   }
-
- private:
-  static Runtime* rt_;
 };
-Runtime* Requests::rt_ = nullptr;
 
 TEST_F(Requests, AHandleStreamsWhatSessionGenerateReturns) {
   RequestOptions request = planner_request();

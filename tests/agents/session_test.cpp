@@ -26,15 +26,8 @@ using runtime::SharedWriter;
 using testing::kQuestion;
 using testing::kSystem;
 
-class Sessions : public ::testing::Test {
+class Sessions : public testing::RoleRuntimeSuite<Sessions> {
  protected:
-  static void SetUpTestSuite() { rt_ = testing::make_role_runtime().release(); }
-  static void TearDownTestSuite() {
-    delete rt_;
-    rt_ = nullptr;
-  }
-  static Runtime& rt() { return *rt_; }
-
   // A session with the question asked and the three roles of `set` ("" = all-linear).
   static std::shared_ptr<Session> qa_session(SessionOptions options, const std::string& set = "") {
     auto s = rt().open_session(options);
@@ -43,11 +36,7 @@ class Sessions : public ::testing::Test {
     s->append("user", kQuestion);
     return s;
   }
-
- private:
-  static Runtime* rt_;
 };
-Runtime* Sessions::rt_ = nullptr;
 
 GenerateOptions tokens(int64_t n) {
   GenerateOptions o;

@@ -39,6 +39,19 @@ inline std::unique_ptr<Runtime> make_role_runtime(RuntimeOptions options = real_
   return rt;
 }
 
+// A suite sharing one role runtime, loaded once per suite (Suite: the fixture itself, so
+// each suite has its own).
+template <typename Suite>
+class RoleRuntimeSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { rt_ = make_role_runtime(); }
+  static void TearDownTestSuite() { rt_.reset(); }
+  static Runtime& rt() { return *rt_; }
+
+ private:
+  static inline std::unique_ptr<Runtime> rt_;
+};
+
 // The first index where two replies differ, or their common length.
 inline size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t i = 0;
