@@ -18,7 +18,9 @@ include(CMakePackageConfigHelpers)
 
 set(LORAKV_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/lorakv)
 set(_lorakv_installed_layers ${LORAKV_PRESENT_LAYERS})
-list(REMOVE_ITEM _lorakv_installed_layers cli)  # the command line's internals stay inside
+# The command line's internals stay inside, and so does the HTTP server (`lorakv serve`: its
+# cpp-httplib is a private dependency a consumer's find_package would have to repeat).
+list(REMOVE_ITEM _lorakv_installed_layers cli server)
 
 set(_lorakv_install_targets lorakv_torch)
 foreach(_layer IN LISTS _lorakv_installed_layers)

@@ -7,13 +7,13 @@
 # at configure time a link that points up the table.
 #
 # Allowed dependencies (downward only):
-#   cli -> agents -> runtime -> adapters -> cache -> kernels -> formats -> common
+#   cli -> server -> agents -> runtime -> adapters -> cache -> kernels -> formats -> common
 # A layer whose folder has no CMakeLists.txt keeps its place in the table and builds nothing
 # (lorakv_present_layers); every layer in the table has one today.
 # A layer may build more libraries than lorakv_<layer>: parts (lorakv_layer_part), each from
 # one subfolder, e.g. lorakv_agents_config from agents/config/ (torch-free, so programs and
 # tests that need only the session configs do not link libtorch).
-set(LORAKV_LAYERS common formats kernels cache adapters runtime agents cli)
+set(LORAKV_LAYERS common formats kernels cache adapters runtime agents server cli)
 set(LORAKV_LAYER_ALLOWED_common "")
 set(LORAKV_LAYER_ALLOWED_formats common)
 set(LORAKV_LAYER_ALLOWED_kernels common)
@@ -21,7 +21,8 @@ set(LORAKV_LAYER_ALLOWED_cache kernels common)
 set(LORAKV_LAYER_ALLOWED_adapters kernels formats common)
 set(LORAKV_LAYER_ALLOWED_runtime adapters cache kernels formats common)
 set(LORAKV_LAYER_ALLOWED_agents runtime adapters cache kernels formats common)
-set(LORAKV_LAYER_ALLOWED_cli agents runtime adapters cache kernels formats common)
+set(LORAKV_LAYER_ALLOWED_server agents runtime adapters cache kernels formats common)
+set(LORAKV_LAYER_ALLOWED_cli server agents runtime adapters cache kernels formats common)
 
 # Gives <target> the include root that exposes only source folder <folder> as
 # "lorakv/<folder>/..." (as "<folder>/..." with NO_PREFIX: tests/, which is never installed).

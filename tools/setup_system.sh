@@ -6,7 +6,8 @@ source "$(dirname "$0")/common.sh"
 
 PACKAGES=(build-essential cmake ninja-build ccache bc unzip git ca-certificates
           python3 python3-venv python3-dev libssl-dev
-          libspdlog-dev libfmt-dev libyaml-cpp-dev libgtest-dev libgmock-dev)
+          libspdlog-dev libfmt-dev libyaml-cpp-dev libgtest-dev libgmock-dev
+          libcpp-httplib-dev nlohmann-json3-dev pkg-config)
 # Extra packages a caller asks for (make fuzz: clang; make tsan needs none).
 PACKAGES+=(${LORAKV_EXTRA_PACKAGES:-})
 missing=()

@@ -1,0 +1,69 @@
+// server/api/api_request.h: one OpenAI API request body, parsed and checked: what
+// `POST /v1/chat/completions` and `POST /v1/completions` accept, as plain structs. Torch-
+// free (nlohmann/json only), so the request fuzzer (fuzz/) links it alone. The server
+// (server/) turns an ApiRequest into an agents::RequestOptions; checks that need the model
+// (the adapter's name, token ids against the vocabulary, the prompt's length) happen there.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lorakv/server/api/api_error.h"
+
+namespace lorakv::server::api {
+
+enum class Endpoint {
+  kChatCompletions,  // POST /v1/chat/completions: messages, the model's chat template
+  kCompletions,      // POST /v1/completions: a raw prompt, no turn header
+};
+
+struct ApiMessage {
+  std::string role;     // system (also for OpenAI's `developer`), user, assistant or tool
+  std::string content;  // the text parts joined; plain text (no special tokens)
+};
+
+// Bounds the parser applies; the server fills them from its options.
+struct ParseLimits {
+  int64_t max_tokens = 4096;       // the most a request may ask for in max_tokens
+  int64_t max_n = 16;              // replies per request
+  size_t max_messages = 1024;      // messages in one chat request
+  size_t max_stop = 16;            // stop strings (OpenAI allows 4; vLLM any)
+  size_t max_stop_bytes = 256;     // bytes of one stop string
+  size_t max_logit_bias = 1024;    // entries of logit_bias
+  int max_depth = 16;              // JSON nesting
+};
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  std::string model;                 // required: the base model's name or an adapter's
+  std::vector<ApiMessage> messages;  // chat: at least one
+  std::string prompt;                // completions: non-empty
+  std::optional<int64_t> max_tokens; // max_completion_tokens, else max_tokens; absent: the server's default
+  double temperature = 1.0;          // OpenAI's default; 0: greedy
+  double top_p = 1.0;
+  std::optional<int64_t> seed;       // absent: the server draws one
+  std::vector<std::string> stop;     // a string or a list
+  double presence_penalty = 0.0, frequency_penalty = 0.0;  // [-2, 2]
+  std::map<int32_t, double> logit_bias;                     // token id -> [-100, 100]
+  bool logprobs = false;       // chat: `logprobs`; completions: `logprobs` given (an integer)
+  int64_t top_logprobs = 0;    // chat: `top_logprobs`; completions: the `logprobs` integer; 0..20
+  int64_t n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage (only with stream)
+  std::string user;            // OpenAI's `user`, kept for the log
+  // Top-level keys the server does not know: ignored, and logged (vLLM's behaviour).
+  std::vector<std::string> ignored_fields;
+};
+
+// Parses and checks one body. Throws ApiError (status 400, `param` naming the field) for
+// broken JSON, invalid UTF-8, nesting deeper than limits.max_depth, a wrong type, a value
+// out of range, a missing field, and the known fields whose meaning the server lacks:
+// `tools`/`functions` (unless `tool_choice` is "none"), `response_format` other than text,
+// image or audio content, `audio`, `best_of` other than 1, `echo`, `suffix`.
+ApiRequest parse_request(std::string_view body, Endpoint endpoint, const ParseLimits& limits = {});
+
+}  // namespace lorakv::server::api

@@ -1,0 +1,2 @@
+// server/openai_server.cpp: (being written)
+namespace lorakv::server {}
