@@ -29,6 +29,7 @@ void check_request(const RequestOptions& o, const formats::BpeTokenizer& tokeniz
   if (o.max_pending_events < 1) throw ConfigError("max_pending_events must be at least 1", {"", "max_pending_events"});
   if (o.stall_timeout.count() <= 0) throw ConfigError("stall_timeout must be positive", {"", "stall_timeout"});
   if (o.timeout.count() < 0) throw ConfigError("timeout must be 0 (none) or more", {"", "timeout"});
+  if (o.max_prompt_tokens < 0) throw ConfigError("max_prompt_tokens must be 0 (none) or more", {"", "max_prompt_tokens"});
 }
 
 // The request's trajectory: its messages as turns (content as plain text), or the prompt.
@@ -108,6 +109,11 @@ std::shared_ptr<RequestHandle> Runtime::submit(RequestOptions request) {
   check_request(request, core_->layout->tokenizer());
   auto state = std::make_shared<RequestState>();
   state->prompt = encode_request(request, *core_->layout);  // tokenizing stays off the engine thread
+  if (request.max_prompt_tokens > 0 && static_cast<int64_t>(state->prompt.size()) > request.max_prompt_tokens) {
+    throw ContextLengthError("the request's prompt is longer than its limit",
+                             {"", "max_prompt_tokens", "at most " + std::to_string(request.max_prompt_tokens) + " tokens",
+                              std::to_string(state->prompt.size()) + " tokens", "shorten the messages or the prompt"});
+  }
   state->id = core_->next_request++;
   state->channel = std::make_shared<RequestChannel>(request.max_pending_events);
   state->submitted = Clock::now();

@@ -72,6 +72,9 @@ struct RequestOptions : runtime::ReplyRules {
   // continues it with no turn header. Set either prompt or messages.
   std::optional<std::string> prompt;
   int64_t n = 1;  // replies, each sampled with seed + its index, from one shared trajectory
+  // Refuse a trajectory (messages or prompt, encoded) longer than this many tokens
+  // (ContextLengthError at submit); 0: only the model's context bounds it.
+  int64_t max_prompt_tokens = 0;
   SessionOptions session;                 // the request's session: mode, writer, eviction, priority
   std::chrono::milliseconds timeout{0};   // 0: none; past it every reply ends as kDeadline
   size_t max_pending_events = 256;        // events not yet taken before the request pauses

@@ -229,6 +229,9 @@ RuntimeStats Runtime::stats() const {
         r.kv_bytes_in_use = m.cache.bytes_in_use;
         r.kv_bytes_peak = m.cache.peak_bytes_in_use;
         r.kv_bytes_capacity = m.cache.reserved_bytes;
+        r.kv_base_bytes = m.cache.base_k_bytes + m.cache.base_v_bytes;
+        r.kv_residual_bytes = m.cache.residual_bytes_total;
+        r.kv_cached_bytes = m.cache.cached_bytes;
         r.base_row_bytes = runtime::Engine::base_row_bytes(*core->loaded.model, core->engine->options());
         r.adapter_bytes = core->registry->num_bytes();
         r.driver = core->driver->stats();
@@ -244,5 +247,9 @@ RuntimeStats Runtime::stats() const {
 }
 
 const RuntimeOptions& Runtime::options() const { return core_->options; }
+
+const formats::BpeTokenizer& Runtime::tokenizer() const { return core_->layout->tokenizer(); }
+
+int64_t Runtime::context_length() const { return core_->loaded.model->config().context_length; }
 
 }  // namespace lorakv::agents

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "lorakv/adapters/adapter.h"
+#include "lorakv/formats/bpe_tokenizer.h"
 #include "lorakv/agents/request.h"
 #include "lorakv/agents/session.h"
 #include "lorakv/agents/session_types.h"
@@ -60,6 +61,11 @@ class Runtime {
 
   RuntimeStats stats() const;
   const RuntimeOptions& options() const;
+  // The model's tokenizer (immutable while the runtime lives): token pieces for
+  // log-probabilities, counts for limits.
+  const formats::BpeTokenizer& tokenizer() const;
+  // The model's context: the most positions one trajectory (with its replies) may hold.
+  int64_t context_length() const;
 
  private:
   std::shared_ptr<RuntimeCore> core_;

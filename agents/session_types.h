@@ -139,6 +139,10 @@ struct RuntimeStats {
   // far; waiting_calls: generate calls (and request replies) waiting for room now.
   int64_t admitted_sessions = 0, waiting_calls = 0, peak_admitted_sessions = 0;
   int64_t kv_bytes_in_use = 0, kv_bytes_peak = 0, kv_bytes_capacity = 0;
+  // kv_bytes_in_use by component: shared base K and V rows (and every private and `full`
+  // row, which the base pool holds too), residual rows (C = X A); and the bytes of released
+  // blocks the prefix index still finds (reusable, reclaimed at once when rows are short).
+  int64_t kv_base_bytes = 0, kv_residual_bytes = 0, kv_cached_bytes = 0;
   // Bytes one token row takes in the base pool (every layer's K and V): kv_pool_bytes over
   // it is how many token rows the base pool holds.
   int64_t base_row_bytes = 0;

@@ -24,6 +24,8 @@ commands:
   run        a multi-agent session from a YAML file (configs/): agents, tools, a workflow;
              --check validates the file without loading the weights
   chat       a conversation with one agent (the base model or one adapter), line by line
+  serve      an OpenAI-compatible HTTP server: chat and text completions where the request's
+             model is an adapter, /v1/models, /health, /metrics (docs/serving.md)
   generate   text generation from a prompt, streamed to stdout
   perplexity a model's perplexity on a text file, with or without KV eviction (--policy, --budget),
              and the KV bytes it took
@@ -53,6 +55,7 @@ const std::vector<CommandEntry>& commands() {
   static const std::vector<CommandEntry> table = {
       {"run", [](const Args& a, std::ostream& out, std::ostream&) { return run_run(a, std::cin, out); }},
       {"chat", [](const Args& a, std::ostream& out, std::ostream&) { return run_chat(a, std::cin, out); }},
+      {"serve", run_serve},
       {"generate", run_generate},
       {"perplexity", run_perplexity},
       {"inspect", run_inspect},

@@ -40,6 +40,8 @@ int run_run(const std::vector<std::string>& args, std::istream& in, std::ostream
 int run_chat(const std::vector<std::string>& args, std::istream& in, std::ostream& out);
 // `lorakv perplexity` (cli/perplexity_command.cpp): a text's perplexity under a KV eviction policy.
 int run_perplexity(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `lorakv serve` (cli/serve_command.cpp): the OpenAI-compatible server, until SIGTERM.
+int run_serve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int run_version(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace lorakv::cli

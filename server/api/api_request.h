@@ -54,6 +54,12 @@ struct ApiRequest {
   int64_t n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage (only with stream)
+  // vLLM's sampling extras, which the runtime has.
+  int64_t top_k = 0;                    // 0 (or -1): all
+  double min_p = 0.0;
+  double repetition_penalty = 1.0;
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
   std::string user;            // OpenAI's `user`, kept for the log
   // Top-level keys the server does not know: ignored, and logged (vLLM's behaviour).
   std::vector<std::string> ignored_fields;
