@@ -34,7 +34,12 @@ struct ParseLimits {
   size_t max_stop = 16;            // stop strings (OpenAI allows 4; vLLM any)
   size_t max_stop_bytes = 256;     // bytes of one stop string
   size_t max_logit_bias = 1024;    // entries of logit_bias
-  int max_depth = 16;              // JSON nesting
+  size_t max_stop_token_ids = 256; // entries of stop_token_ids
+  size_t max_user_bytes = 256;     // bytes of `user` (it goes to the log)
+  int max_depth = 16;              // JSON nesting: containers inside containers, the body's object is 1
+  // The log line of ignored keys: a hostile body with many long keys cannot grow it.
+  size_t max_ignored_fields = 32;       // names kept in ApiRequest::ignored_fields
+  size_t max_ignored_field_bytes = 64;  // bytes of one kept name (cut at a UTF-8 boundary)
 };
 
 struct ApiRequest {
@@ -61,15 +66,26 @@ struct ApiRequest {
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
   std::string user;            // OpenAI's `user`, kept for the log
-  // Top-level keys the server does not know: ignored, and logged (vLLM's behaviour).
+  // vLLM's sampling extras, which the runtime's sampler has.
+  int64_t top_k = 0;                    // 0: all tokens (the request's -1 and 0 both mean that)
+  double min_p = 0.0;                   // [0, 1]; 0: off
+  double repetition_penalty = 1.0;      // (0, 2]; 1: off
+  bool ignore_eos = false;              // keep generating past the end-of-sequence token
+  std::vector<int32_t> stop_token_ids;  // token ids that end the reply, besides the model's own
+  // Top-level keys the server does not know: ignored, and logged (vLLM's behaviour). At most
+  // limits.max_ignored_fields names, each cut to limits.max_ignored_field_bytes, sorted.
   std::vector<std::string> ignored_fields;
 };
 
 // Parses and checks one body. Throws ApiError (status 400, `param` naming the field) for
 // broken JSON, invalid UTF-8, nesting deeper than limits.max_depth, a wrong type, a value
 // out of range, a missing field, and the known fields whose meaning the server lacks:
-// `tools`/`functions` (unless `tool_choice` is "none"), `response_format` other than text,
-// image or audio content, `audio`, `best_of` other than 1, `echo`, `suffix`.
+// `tools`/`functions` (unless `tool_choice` is "none"), `tool_choice` other than none/auto,
+// `response_format` other than text, image, audio or file content, an assistant's
+// `tool_calls`, `audio`, `modalities` other than text, `best_of` other than 1, `echo`,
+// `suffix`, `prediction`. Those are refused on both endpoints: a client that sends one
+// expects its behaviour. A null value is the same as an absent key. Error messages quote at
+// most about 40 bytes of the client's text.
 ApiRequest parse_request(std::string_view body, Endpoint endpoint, const ParseLimits& limits = {});
 
 }  // namespace lorakv::server::api
