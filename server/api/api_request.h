@@ -59,12 +59,6 @@ struct ApiRequest {
   int64_t n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage (only with stream)
-  // vLLM's sampling extras, which the runtime has.
-  int64_t top_k = 0;                    // 0 (or -1): all
-  double min_p = 0.0;
-  double repetition_penalty = 1.0;
-  bool ignore_eos = false;
-  std::vector<int32_t> stop_token_ids;
   std::string user;            // OpenAI's `user`, kept for the log
   // vLLM's sampling extras, which the runtime's sampler has.
   int64_t top_k = 0;                    // 0: all tokens (the request's -1 and 0 both mean that)
