@@ -18,7 +18,7 @@ constexpr std::chrono::milliseconds kPoll{10};
 
 CompletionStream::CompletionStream(std::shared_ptr<ServerState> state, std::unique_ptr<RunningSlot> slot,
                                    std::shared_ptr<agents::RequestHandle> handle, ResponseIdentity who, StreamForm form,
-                                   agents::RequestEvent first)
+                                   std::deque<agents::RequestEvent> first)
     : state_(std::move(state)), slot_(std::move(slot)), handle_(std::move(handle)), who_(std::move(who)),
       form_(form), first_(std::move(first)),
       opened_(std::chrono::steady_clock::now()) {}
@@ -44,9 +44,9 @@ bool CompletionStream::pump(httplib::DataSink& sink) {
     }
   }
   std::optional<agents::RequestEvent> event;
-  if (first_) {
-    event = std::move(first_);
-    first_.reset();
+  if (!first_.empty()) {
+    event = std::move(first_.front());
+    first_.pop_front();
   } else {
     event = handle_->next(kPoll);
   }

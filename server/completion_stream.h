@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,10 +30,10 @@ struct StreamForm {
 
 class CompletionStream {
  public:
-  // `first`: the request's first event, taken while admitting it (before the status line).
+  // `first`: the request's first events, taken while admitting it (before the status line).
   CompletionStream(std::shared_ptr<ServerState> state, std::unique_ptr<RunningSlot> slot,
                    std::shared_ptr<agents::RequestHandle> handle, ResponseIdentity who, StreamForm form,
-                   agents::RequestEvent first);
+                   std::deque<agents::RequestEvent> first);
 
   // The content provider's call: writes what the next event gives; false stops the
   // response (the client left: the request is cancelled).
@@ -51,7 +52,7 @@ class CompletionStream {
   std::shared_ptr<agents::RequestHandle> handle_;
   ResponseIdentity who_;
   StreamForm form_;
-  std::optional<agents::RequestEvent> first_;
+  std::deque<agents::RequestEvent> first_;
   bool started_ = false, finished_ = false;
   std::chrono::steady_clock::time_point opened_;
 };

@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include <cstring>
+#include <deque>
 #include <nlohmann/json.hpp>
 
 #include "lorakv/common/errors.h"
@@ -63,6 +64,23 @@ void check_options(const ServerOptions& o) {
   if (o.host.empty()) throw ConfigError("the host is empty", {"", "host", "an address such as 127.0.0.1"});
 }
 
+// Admission: a request's first token comes once the pools hold its rows and it ran. The
+// events up to it (or up to the end) are taken here, before the status line, so that a
+// refusal while waiting for room (the queue's time limit) is still an error status.
+std::deque<agents::RequestEvent> first_events(agents::RequestHandle& handle) {
+  std::deque<agents::RequestEvent> events;
+  while (std::optional<agents::RequestEvent> e = handle.next()) {
+    events.push_back(std::move(*e));
+    if (events.back().kind == agents::RequestEvent::Kind::kToken) return events;
+    if (events.back().kind == agents::RequestEvent::Kind::kDone) {
+      const std::optional<agents::RequestResult> result = handle.result();
+      if (result && result->error) std::rethrow_exception(result->error);
+      return events;
+    }
+  }
+  return events;
+}
+
 // One completion request, up to the status line (see the file comment).
 void answer_completion(const std::shared_ptr<ServerState>& state, const httplib::Request& req, httplib::Response& res,
                        api::Endpoint endpoint) {
@@ -86,29 +104,22 @@ void answer_completion(const std::shared_ptr<ServerState>& state, const httplib:
     log::info("request " + who.id + ": ignored unknown fields: " + names);
   }
   std::shared_ptr<agents::RequestHandle> handle;
-  std::optional<agents::RequestEvent> first;
+  std::deque<agents::RequestEvent> first;
   try {
     handle = state->runtime().submit(std::move(options));
     state->track(*slot_id, handle);
     handle->accepted();
-    // Admission: the first event comes once the pools hold the request's rows and it ran;
-    // a refusal while waiting (the queue's time limit) is still an error status.
-    first = handle->next();
-    if (first && first->kind == agents::RequestEvent::Kind::kDone) {
-      const std::optional<agents::RequestResult> result = handle->result();
-      if (result && result->error) std::rethrow_exception(result->error);
-    }
+    first = first_events(*handle);
   } catch (const InternalError& e) {
     throw api::ApiError(500, "server_error", e.what(), "", "internal_error");
   } catch (const Error& e) {
     throw api_error_of(e);
   }
-  if (!first) throw api::ApiError(503, "server_error", "the request ended before it started", "", "overloaded");
   log::info("request " + who.id + ": model " + request.model + (request.stream ? ", streamed" : "") + ", n " +
             std::to_string(request.n));
   auto stream = std::make_shared<CompletionStream>(state, std::move(slot), handle, who,
                                                    StreamForm{request.stream, request.include_usage, request.n},
-                                                   std::move(*first));
+                                                   std::move(first));
   res.set_chunked_content_provider(
       request.stream ? "text/event-stream" : "application/json",
       [stream](size_t, httplib::DataSink& sink) { return stream->pump(sink); },

@@ -151,13 +151,21 @@ TEST(ServerRefusals, FullPoolsAre503WithRetryAfter) {
   ServerOptions o = TestServer::default_options();
   o.limits.max_queue_wait = std::chrono::seconds(1);
   agents::RuntimeOptions ro = agents::testing::real_model_options();
-  ro.kv_pool_bytes = 3 * 16 * 30 * 2 * 3 * 64 * 4 * 6;  // a few blocks: one short request fits
+  // SmolLM2's float32 base row: 30 layers x (K and V x 3 KV heads x 64 x 4 bytes, and a
+  // 4-byte position). A request reserves its trajectory with its reply (max_tokens) and the
+  // reply's private rows again (agents/admission.cpp): the first, about 48 prompt tokens and
+  // 200 reply tokens, 16 + 13 blocks of 16 rows; the second, about 45 + 8 tokens, 4 + 1.
+  // 31 blocks hold the first alone but not both.
+  constexpr int64_t kBaseRowBytes = 30 * (2 * 3 * 64 * 4 + 4);
+  ro.kv_pool_bytes = 31 * 16 * kBaseRowBytes;
   ro.max_admission_wait = o.limits.max_queue_wait;
   TestServer s(o, ro);
-  std::future<Reply> first = hold(s, 120);
+  ASSERT_EQ(s.runtime().stats().base_row_bytes, kBaseRowBytes);
+  std::future<Reply> first = hold(s, 200);
   wait_for_a_reply_in_flight(s);
+  ASSERT_EQ(s.runtime().stats().replies_in_flight, 1);
   const Reply r = s.post("/v1/chat/completions", chat_request("actor", "In which year was Quegou founded?", 8));
-  EXPECT_TRUE(is_error(r, 503));
+  ASSERT_TRUE(is_error(r, 503));
   EXPECT_EQ(r.body["error"]["code"], "overloaded");
   EXPECT_EQ(r.headers.find("Retry-After")->second, "1");
   EXPECT_EQ(first.get().status, 200);

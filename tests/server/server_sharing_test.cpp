@@ -27,8 +27,14 @@ TEST(ServerSharing, WriterBaseSharesOneHistoryAcrossAdapters) {
   const agents::RuntimeStats after_actor = s.runtime().stats();
   // The history's rows (every block the base model wrote) come from the planner's request.
   EXPECT_GE(cached_tokens(actor), prompt_tokens(actor) - 16) << actor.text;
-  EXPECT_EQ(after_actor.kv_cached_bytes - after_actor.kv_residual_bytes, after_planner.kv_cached_bytes - after_planner.kv_residual_bytes)
-      << "no second copy of the base rows";
+  // No second copy of the history's rows: the cached bytes grow by at most the block the
+  // prompt ends in (a partial block is not in the prefix index, so it is computed again)
+  // and the actor's residual rows.
+  const int64_t block_bytes = 16 * after_actor.base_row_bytes;
+  const int64_t planner_bytes = after_planner.kv_cached_bytes;
+  EXPECT_GT(planner_bytes, 2 * block_bytes);
+  EXPECT_LE(after_actor.kv_cached_bytes - planner_bytes, block_bytes + after_actor.kv_residual_bytes)
+      << planner_bytes << " then " << after_actor.kv_cached_bytes;
 }
 
 TEST(ServerSharing, FullModeNeverReadsAnotherAdaptersRows) {
