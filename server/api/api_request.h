@@ -59,7 +59,7 @@ struct ApiRequest {
   int64_t n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage (only with stream)
-  std::string user;            // OpenAI's `user`, kept for the log
+  std::string user;            // OpenAI's `user`, kept for the log (client bytes: escape them there)
   // vLLM's sampling extras, which the runtime's sampler has.
   int64_t top_k = 0;                    // 0: all tokens (the request's -1 and 0 both mean that)
   double min_p = 0.0;                   // [0, 1]; 0: off
@@ -67,7 +67,8 @@ struct ApiRequest {
   bool ignore_eos = false;              // keep generating past the end-of-sequence token
   std::vector<int32_t> stop_token_ids;  // token ids that end the reply, besides the model's own
   // Top-level keys the server does not know: ignored, and logged (vLLM's behaviour). At most
-  // limits.max_ignored_fields names, each cut to limits.max_ignored_field_bytes, sorted.
+  // limits.max_ignored_fields names, each cut to limits.max_ignored_field_bytes, sorted; valid
+  // UTF-8 that may hold control characters, so the log escapes them.
   std::vector<std::string> ignored_fields;
 };
 
