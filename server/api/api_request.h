@@ -76,11 +76,11 @@ struct ApiRequest {
 // broken JSON, invalid UTF-8, nesting deeper than limits.max_depth, a wrong type, a value
 // out of range, a missing field, and the known fields whose meaning the server lacks:
 // `tools`/`functions` (unless `tool_choice` is "none"), `tool_choice` other than none/auto,
-// `response_format` other than text, image, audio or file content, an assistant's
+// `response_format` other than text, image/audio/file content parts, a message's
 // `tool_calls`, `audio`, `modalities` other than text, `best_of` other than 1, `echo`,
 // `suffix`, `prediction`. Those are refused on both endpoints: a client that sends one
-// expects its behaviour. A null value is the same as an absent key. Error messages quote at
-// most about 40 bytes of the client's text.
+// expects its behaviour. Inside messages, param is a path (messages[2].role). A null value is
+// the same as an absent key. Error messages quote at most about 40 bytes of the client's text.
 ApiRequest parse_request(std::string_view body, Endpoint endpoint, const ParseLimits& limits = {});
 
 }  // namespace lorakv::server::api
