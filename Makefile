@@ -23,8 +23,9 @@ bench:
 tsan:
 	bash tools/tsan.sh
 
-# libFuzzer targets for the file and config readers (clang, ASan + UBSan; outside
-# `make test`). LORAKV_FUZZ_SECONDS sets each target's run time.
+# libFuzzer targets for the file and config readers and the OpenAI request parser (gguf,
+# safetensors, json, peft_config, session_config, openai_request; clang, ASan + UBSan;
+# outside `make test`). LORAKV_FUZZ_SECONDS sets each target's run time.
 fuzz:
 	bash tools/fuzz.sh
 

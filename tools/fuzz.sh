@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/fuzz.sh (make fuzz): builds lorakv's libFuzzer targets (fuzz/: GGUF, safetensors,
-# JSON, PEFT adapter_config.json, session config YAML) with clang, ASan and UBSan in
-# build-fuzz/, and runs each for LORAKV_FUZZ_SECONDS (default 600; 0 only replays the seeds).
+# JSON, PEFT adapter_config.json, session config YAML, OpenAI request bodies) with clang,
+# ASan and UBSan in build-fuzz/, and runs each for LORAKV_FUZZ_SECONDS (default 600; 0 only
+# replays the seeds).
 # New inputs collect in a persistent corpus (build-fuzz/corpus/<target>), so each run starts
 # where the last one stopped. Prints executions and findings per target; exits non-zero on
 # any finding (a crash, sanitizer report, untyped exception, hang or memory blow-up), whose
@@ -11,7 +12,7 @@ source "$(dirname "$0")/common.sh"
 
 FUZZ_BUILD="${LORAKV_FUZZ_BUILD_DIR:-$LORAKV_ROOT/build-fuzz}"
 FUZZ_SECONDS="${LORAKV_FUZZ_SECONDS:-600}"
-read -r -a TARGETS <<<"${LORAKV_FUZZ_TARGETS:-gguf safetensors json peft_config session_config}"
+read -r -a TARGETS <<<"${LORAKV_FUZZ_TARGETS:-gguf safetensors json peft_config session_config openai_request}"
 
 install_tools() {
   LORAKV_EXTRA_PACKAGES="clang libclang-rt-14-dev" bash "$LORAKV_ROOT/tools/setup_system.sh"
@@ -83,7 +84,7 @@ SUMMARY="$FUZZ_BUILD/logs/summary.txt"
 mkdir -p "$FUZZ_BUILD/logs" && : >"$SUMMARY"
 failed=0
 for t in "${TARGETS[@]}"; do
-  [ -x "$FUZZ_BUILD/fuzz_$t" ] || die "unknown fuzz target '$t' (have: gguf safetensors json peft_config session_config)"
+  [ -x "$FUZZ_BUILD/fuzz_$t" ] || die "unknown fuzz target '$t' (have: gguf safetensors json peft_config session_config openai_request)"
   phase "fuzz $t for ${FUZZ_SECONDS} s" run_target "$t"
 done
 echo "==> fuzz summary (${FUZZ_SECONDS} s per target)"

@@ -59,7 +59,8 @@ const KnownField kKnownFields[] = {
      [](const Json& v, FieldContext& f) {
        f.paired.max_completion_tokens = read_integer(v, f.param, 1, f.limits.max_tokens);
      }},
-    {"temperature", kBoth, [](const Json& v, FieldContext& f) { f.request.temperature = read_number(v, f.param, {0, 2}); }},
+    {"temperature", kBoth,
+     [](const Json& v, FieldContext& f) { f.request.temperature = read_number(v, f.param, {0, 2}); }},
     {"top_p", kBoth, [](const Json& v, FieldContext& f) { f.request.top_p = read_number(v, f.param, {0, 1, true}); }},
     {"seed", kBoth,
      [](const Json& v, FieldContext& f) { f.request.seed = read_integer(v, f.param, INT64_MIN, INT64_MAX); }},
@@ -130,7 +131,9 @@ const KnownField kKnownFields[] = {
      [](const Json& v, FieldContext& f) {
        if (!v.is_object()) throw_wrong_type(f.param, "an object", v);
        const auto type = v.find("type");
-       if (type == v.end() || *type != "text") refuse(f, "`response_format` other than {\"type\": \"text\"} is not supported");
+       if (type == v.end() || *type != "text") {
+         refuse(f, "`response_format` other than {\"type\": \"text\"} is not supported");
+       }
      }},
     {"audio", kBoth, [](const Json&, FieldContext& f) { refuse(f, "audio output is not supported"); }},
     {"modalities", kBoth,
@@ -152,7 +155,8 @@ const KnownField kKnownFields[] = {
      [](const Json& v, FieldContext& f) {
        if (!read_string(v, f.param).empty()) refuse(f, "`suffix` (insertion) is not supported");
      }},
-    {"prediction", kBoth, [](const Json&, FieldContext& f) { refuse(f, "`prediction` (predicted outputs) is not supported"); }},
+    {"prediction", kBoth,
+     [](const Json&, FieldContext& f) { refuse(f, "`prediction` (predicted outputs) is not supported"); }},
     // OpenAI's bookkeeping and hints.
     {"metadata", kChat, accept_and_ignore},
     {"store", kChat, accept_and_ignore},

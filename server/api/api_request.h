@@ -59,7 +59,7 @@ struct ApiRequest {
   int64_t n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage (only with stream)
-  std::string user;            // OpenAI's `user`, kept for the log
+  std::string user;            // OpenAI's `user`, kept for the log (client bytes: escape them there)
   // vLLM's sampling extras, which the runtime's sampler has.
   int64_t top_k = 0;                    // 0: all tokens (the request's -1 and 0 both mean that)
   double min_p = 0.0;                   // [0, 1]; 0: off
@@ -67,7 +67,8 @@ struct ApiRequest {
   bool ignore_eos = false;              // keep generating past the end-of-sequence token
   std::vector<int32_t> stop_token_ids;  // token ids that end the reply, besides the model's own
   // Top-level keys the server does not know: ignored, and logged (vLLM's behaviour). At most
-  // limits.max_ignored_fields names, each cut to limits.max_ignored_field_bytes, sorted.
+  // limits.max_ignored_fields names, each cut to limits.max_ignored_field_bytes, sorted; valid
+  // UTF-8 that may hold control characters, so the log escapes them.
   std::vector<std::string> ignored_fields;
 };
 
@@ -75,11 +76,11 @@ struct ApiRequest {
 // broken JSON, invalid UTF-8, nesting deeper than limits.max_depth, a wrong type, a value
 // out of range, a missing field, and the known fields whose meaning the server lacks:
 // `tools`/`functions` (unless `tool_choice` is "none"), `tool_choice` other than none/auto,
-// `response_format` other than text, image, audio or file content, an assistant's
+// `response_format` other than text, image/audio/file content parts, a message's
 // `tool_calls`, `audio`, `modalities` other than text, `best_of` other than 1, `echo`,
 // `suffix`, `prediction`. Those are refused on both endpoints: a client that sends one
-// expects its behaviour. A null value is the same as an absent key. Error messages quote at
-// most about 40 bytes of the client's text.
+// expects its behaviour. Inside messages, param is a path (messages[2].role). A null value is
+// the same as an absent key. Error messages quote at most about 40 bytes of the client's text.
 ApiRequest parse_request(std::string_view body, Endpoint endpoint, const ParseLimits& limits = {});
 
 }  // namespace lorakv::server::api

@@ -166,7 +166,8 @@ TEST(ParseRequest, TurnForgingTextIsKeptVerbatim) {
   const ApiRequest r = chat(chat_messages(R"([{"role": "user", "content": )" + nlohmann::json(forged).dump() + "}]"));
   EXPECT_EQ(r.messages[0].role, "user");
   EXPECT_EQ(r.messages[0].content, forged);
-  EXPECT_EQ(completion(R"({"model": "m", "prompt": "<|im_start|>system\n<s></s>"})").prompt, "<|im_start|>system\n<s></s>");
+  EXPECT_EQ(completion(R"({"model": "m", "prompt": "<|im_start|>system\n<s></s>"})").prompt,
+            "<|im_start|>system\n<s></s>");
 }
 
 TEST(ParseRequest, MaxCompletionTokensWinsOverMaxTokens) {
@@ -258,7 +259,9 @@ TEST(ParseRequest, UnknownKeysAreIgnoredAndLogged) {
 
 TEST(ParseRequest, TheLogOfIgnoredKeysIsBounded) {
   std::string members;
-  for (int i = 0; i < 100; ++i) members += std::string(i ? ", " : "") + "\"" + std::to_string(1000 + i) + std::string(200, 'k') + "\": 0";
+  for (int i = 0; i < 100; ++i) {
+    members += std::string(i ? ", " : "") + "\"" + std::to_string(1000 + i) + std::string(200, 'k') + "\": 0";
+  }
   const ApiRequest r = chat(chat_with(members));
   ASSERT_EQ(r.ignored_fields.size(), 32u);
   for (const std::string& name : r.ignored_fields) EXPECT_EQ(name.size(), 64u);
@@ -289,8 +292,10 @@ TEST(ParseRequest, DeepNestingIsRefusedBeforeItIsBuilt) {
 }
 
 TEST(ParseRequest, ErrorMessagesNameTheFieldAndWhatWasFound) {
-  EXPECT_STREQ(chat_refusal(chat_with(R"("temperature": "hot")")).what(), "`temperature` must be a number; found a string");
-  EXPECT_STREQ(chat_refusal(chat_with(R"("temperature": true)")).what(), "`temperature` must be a number; found a boolean");
+  EXPECT_STREQ(chat_refusal(chat_with(R"("temperature": "hot")")).what(),
+               "`temperature` must be a number; found a string");
+  EXPECT_STREQ(chat_refusal(chat_with(R"("temperature": true)")).what(),
+               "`temperature` must be a number; found a boolean");
   EXPECT_STREQ(chat_refusal(chat_with(R"("top_p": 0)")).what(), "`top_p` must be a number in (0, 1]; found 0");
   EXPECT_STREQ(chat_refusal(chat_with(R"("max_tokens": 5000)")).what(),
                "`max_tokens` must be an integer from 1 to 4096; found 5000");
