@@ -21,7 +21,7 @@ case "$profile" in
   test)
     LOCK="$LORAKV_ROOT/tools/requirements.lock"
     link="$LORAKV_VENV"
-    imports="torch, transformers, gguf, peft, safetensors, llama_cpp"
+    imports="torch, transformers, gguf, peft, safetensors, llama_cpp, openai"
     # Portable llama.cpp: the test environment only tokenises and serves as an oracle.
     cmake_args="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
     machine_id=""
