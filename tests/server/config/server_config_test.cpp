@@ -72,3 +72,19 @@ TEST(ServerConfig, RefusalsNameTheKeyAndItsPlace) {
 
 }  // namespace
 }  // namespace lorakv::server::config
+
+namespace lorakv::server::config {
+namespace {
+
+// The example in configs/serve/ loads, with its paths resolved against its folder.
+TEST(ServerConfig, TheExampleConfigLoads) {
+  const ServerConfig c = load_server_config(lorakv::testing::test_setting("LORAKV_SOURCE_DIR") +
+                                            "/configs/serve/openai_server.yaml");
+  EXPECT_EQ(c.runtime.adapters.size(), 3u);
+  EXPECT_EQ(c.runtime.cache.writer, "base");
+  EXPECT_EQ(c.server.model_name, "smollm2");
+  EXPECT_NE(c.runtime.model.path.find("/models/SmolLM2-135M-Instruct.Q4_1.gguf"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lorakv::server::config
