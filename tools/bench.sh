@@ -9,6 +9,8 @@
 #                        sharing mode -> memory/{memory,fidelity,latency}.csv, memory.png
 #   sessions             `lorakv bench sessions`: S concurrent sessions through the sessions
 #                        API's scheduler vs sequential vs the driver -> sessions/sessions.{csv,png}
+#   serve                `lorakv serve` under 1, 8, 32 and 64 streaming clients
+#                        (tools/bench_serve.py) -> serve/serve.{csv,png}
 # with the arguments in LORAKV_BENCH_ARGS (for example "--quick" for attention, "--reps 3"
 # for generate). Results go to build/bench_results/. Run it on an idle machine: any other
 # load (a build, a second benchmark) changes every figure.
@@ -37,5 +39,11 @@ case "${LORAKV_BENCH:-attention}" in
     phase "sessions benchmark" "$LORAKV_BUILD_DIR/cli/lorakv" bench sessions --model "$LORAKV_MODEL_FILE" \
       --assets "$LORAKV_ROOT/assets" --python "$LORAKV_ROOT/.venv-bench/bin/python" \
       --out "$LORAKV_BUILD_DIR/bench_results/sessions" ${LORAKV_BENCH_ARGS:-} ;;
-  *) die "unknown LORAKV_BENCH '${LORAKV_BENCH}' (use: attention, generate, quant, memory or sessions)" ;;
+  serve)
+    phase "server load benchmark" "$LORAKV_ROOT/.venv-bench/bin/python" "$LORAKV_ROOT/tools/bench_serve.py" \
+      --lorakv "$LORAKV_BUILD_DIR/cli/lorakv" --model "$LORAKV_MODEL_FILE" \
+      --adapter planner="$LORAKV_ROOT/assets/role_adapters/all_linear/planner" \
+      --adapter actor="$LORAKV_ROOT/assets/role_adapters/all_linear/actor" \
+      --out "$LORAKV_BUILD_DIR/bench_results/serve" ${LORAKV_BENCH_ARGS:-} ;;
+  *) die "unknown LORAKV_BENCH '${LORAKV_BENCH}' (use: attention, generate, quant, memory, sessions or serve)" ;;
 esac
