@@ -64,6 +64,14 @@ void check_options(const ServerOptions& o) {
   if (o.host.empty()) throw ConfigError("the host is empty", {"", "host", "an address such as 127.0.0.1"});
 }
 
+// A request whose time ran out while it waited for room: no reply produced a token.
+bool timed_out_before_a_token(const agents::RequestResult& r) {
+  for (const agents::Choice& c : r.choices) {
+    if (!c.tokens.empty() || c.end != agents::ReplyEnd::kDeadline) return false;
+  }
+  return !r.choices.empty();
+}
+
 // Admission: a request's first token comes once the pools hold its rows and it ran. The
 // events up to it (or up to the end) are taken here, before the status line, so that a
 // refusal while waiting for room (the queue's time limit) is still an error status.
@@ -75,6 +83,10 @@ std::deque<agents::RequestEvent> first_events(agents::RequestHandle& handle) {
     if (events.back().kind == agents::RequestEvent::Kind::kDone) {
       const std::optional<agents::RequestResult> result = handle.result();
       if (result && result->error) std::rethrow_exception(result->error);
+      if (result && timed_out_before_a_token(*result)) {
+        throw api::ApiError(503, "server_error", "the request reached request_timeout_s before its first token", "",
+                            "timeout");
+      }
       return events;
     }
   }

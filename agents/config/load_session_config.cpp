@@ -2,25 +2,16 @@
 // tree under limits, then every section read against the schema, in dependency order.
 #include "lorakv/agents/config/load_session_config.h"
 
-#include <filesystem>
-
 #include "lorakv/agents/config/config_reader.h"
+#include "lorakv/agents/config/paths.h"
 #include "lorakv/agents/config/sections.h"
 #include "lorakv/agents/config/source_text.h"
 #include "lorakv/agents/config/yaml_tree.h"
 
 namespace lorakv::agents::config {
-namespace fs = std::filesystem;
 namespace {
 
 const std::vector<std::string> kTopKeys = {"model", "adapters", "cache", "agents", "tools", "workflow", "output"};
-
-std::string absolute_folder(const fs::path& folder) {
-  fs::path absolute = fs::absolute(folder.empty() ? fs::path(".") : folder).lexically_normal();
-  std::string text = absolute.string();
-  while (text.size() > 1 && text.back() == '/') text.pop_back();
-  return text;
-}
 
 SessionConfig load(const SourceText& source, const std::string& base_dir) {
   const YamlNode root = parse_yaml(source);
@@ -47,13 +38,13 @@ SessionConfig load(const SourceText& source, const std::string& base_dir) {
 
 SessionConfig load_session_config(const std::string& path) {
   const SourceText source(read_config_bytes(path), path);
-  return load(source, absolute_folder(fs::path(path).parent_path()));
+  return load(source, config_base_dir_of_file(path));
 }
 
 SessionConfig load_session_config_from_string(const std::string& text, const std::string& virtual_name,
                                                const std::string& base_dir) {
   const SourceText source(text, virtual_name);
-  return load(source, absolute_folder(base_dir));
+  return load(source, config_base_dir(base_dir));
 }
 
 }  // namespace lorakv::agents::config

@@ -130,4 +130,16 @@ void require_parent_folder(const ConfigReader& r, const Field& f, const std::str
   if (fs::is_directory(path, ec)) missing(r, f, "the output", path, "is a directory", "name a file");
 }
 
+std::string config_base_dir(const std::string& folder) {
+  std::filesystem::path absolute =
+      std::filesystem::absolute(folder.empty() ? std::filesystem::path(".") : std::filesystem::path(folder)).lexically_normal();
+  std::string text = absolute.string();
+  while (text.size() > 1 && text.back() == '/') text.pop_back();
+  return text;
+}
+
+std::string config_base_dir_of_file(const std::string& path) {
+  return config_base_dir(std::filesystem::path(path).parent_path().string());
+}
+
 }  // namespace lorakv::agents::config

@@ -12,6 +12,12 @@
 
 namespace lorakv::agents::config {
 
+// The folder a config's relative paths resolve against: `folder` made absolute and
+// lexically normal, without a trailing slash (the current folder when empty).
+std::string config_base_dir(const std::string& folder);
+// The same for the folder holding the config file `path`.
+std::string config_base_dir_of_file(const std::string& path);
+
 // The resolved path of the text in `f`. Throws ConfigFileError for an empty path, an
 // unset variable or HOME, or a `${` without its `}`.
 std::string resolve_path(const ConfigReader& r, const Field& f);

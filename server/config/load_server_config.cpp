@@ -1,15 +1,13 @@
 // server/config/load_server_config.cpp: the server's YAML: the runtime's sections through
 // the session loader's readers, then `server`.
-#include <filesystem>
-
 #include "lorakv/agents/config/config_reader.h"
+#include "lorakv/agents/config/paths.h"
 #include "lorakv/agents/config/sections.h"
 #include "lorakv/agents/config/source_text.h"
 #include "lorakv/agents/config/yaml_tree.h"
 #include "lorakv/server/config/server_config.h"
 
 namespace lorakv::server::config {
-namespace fs = std::filesystem;
 using namespace lorakv::agents::config;
 namespace {
 
@@ -49,13 +47,6 @@ void read_server_section(const ConfigReader& r, const MapReader& top, ServerSett
   if (m.has("shutdown_grace_s")) s.shutdown_grace = read_seconds(r, m.get("shutdown_grace_s"), 0, "seconds");
 }
 
-std::string absolute_folder(const fs::path& folder) {
-  fs::path absolute = fs::absolute(folder.empty() ? fs::path(".") : folder).lexically_normal();
-  std::string text = absolute.string();
-  while (text.size() > 1 && text.back() == '/') text.pop_back();
-  return text;
-}
-
 ServerConfig load(const SourceText& source, const std::string& base_dir) {
   const YamlNode root = parse_yaml(source);
   ServerConfig config;
@@ -79,13 +70,13 @@ ServerConfig load(const SourceText& source, const std::string& base_dir) {
 
 ServerConfig load_server_config(const std::string& path) {
   const SourceText source(read_config_bytes(path), path);
-  return load(source, absolute_folder(fs::path(path).parent_path()));
+  return load(source, config_base_dir_of_file(path));
 }
 
 ServerConfig load_server_config_from_string(const std::string& text, const std::string& virtual_name,
                                             const std::string& base_dir) {
   const SourceText source(text, virtual_name);
-  return load(source, absolute_folder(base_dir));
+  return load(source, config_base_dir(base_dir));
 }
 
 }  // namespace lorakv::server::config

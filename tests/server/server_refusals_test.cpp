@@ -172,5 +172,35 @@ TEST(ServerRefusals, FullPoolsAre503WithRetryAfter) {
   expect_a_good_request_works(s);
 }
 
+TEST(ServerRefusals, TimeRunningOutBeforeTheFirstTokenIs503) {
+  // The pools of FullPoolsAre503WithRetryAfter, held by a long request made on the runtime
+  // itself (no time limit); the server's request reaches its limit waiting for room.
+  ServerOptions o = TestServer::default_options();
+  o.limits.request_timeout = std::chrono::seconds(1);
+  agents::RuntimeOptions ro = agents::testing::real_model_options();
+  ro.kv_pool_bytes = 31 * 16 * (30 * (2 * 3 * 64 * 4 + 4));
+  TestServer s(o, ro);
+  agents::RequestOptions holder;
+  holder.adapter = "planner";
+  holder.messages = {{"system", agents::testing::kSystem}, {"user", agents::testing::kQuestion}};
+  holder.max_tokens = 200;
+  holder.ignore_end_tokens = true;
+  std::shared_ptr<agents::RequestHandle> held = s.runtime().submit(holder);
+  held->accepted();
+  wait_for_a_reply_in_flight(s);
+  ASSERT_EQ(s.runtime().stats().replies_in_flight, 1);
+  const Reply r = s.post("/v1/chat/completions", chat_request("actor", "In which year was Quegou founded?", 8));
+  ASSERT_TRUE(is_error(r, 503));
+  EXPECT_EQ(r.body["error"]["code"], "timeout");
+  held->cancel();
+  // A request whose limit passes after its first token ends with `length`.
+  json long_body = chat_request("planner", agents::testing::kQuestion, 200);  // about 4 s alone
+  long_body["ignore_eos"] = true;
+  const Reply cut = s.post("/v1/chat/completions", long_body);
+  ASSERT_EQ(cut.status, 200) << cut.text;
+  EXPECT_EQ(cut.body["choices"][0]["finish_reason"], "length");
+  EXPECT_LT(cut.body["usage"]["completion_tokens"].get<int64_t>(), 200);
+}
+
 }  // namespace
 }  // namespace lorakv::server::testing
