@@ -112,7 +112,7 @@ void answer_completion(const std::shared_ptr<ServerState>& state, const httplib:
                        request.logprobs};
   if (!request.ignored_fields.empty()) {
     std::string names;
-    for (const std::string& f : request.ignored_fields) names += (names.empty() ? "" : ", ") + f;
+    for (const std::string& f : request.ignored_fields) names += (names.empty() ? "" : ", ") + api::loggable(f);
     log::info("request " + who.id + ": ignored unknown fields: " + names);
   }
   std::shared_ptr<agents::RequestHandle> handle;
@@ -128,7 +128,7 @@ void answer_completion(const std::shared_ptr<ServerState>& state, const httplib:
     throw api_error_of(e);
   }
   log::info("request " + who.id + ": model " + request.model + (request.stream ? ", streamed" : "") + ", n " +
-            std::to_string(request.n));
+            std::to_string(request.n) + (request.user.empty() ? "" : ", user " + api::loggable(request.user)));
   auto stream = std::make_shared<CompletionStream>(state, std::move(slot), handle, who,
                                                    StreamForm{request.stream, request.include_usage, request.n},
                                                    std::move(first));

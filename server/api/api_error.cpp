@@ -13,4 +13,20 @@ std::string error_body(const ApiError& error) {
   return nlohmann::json{{"error", inner}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string loggable(const std::string& text) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace lorakv::server::api

@@ -35,4 +35,8 @@ inline ApiError bad_request(const std::string& message, const std::string& param
 // The error object's JSON text (valid UTF-8 whatever the message holds).
 std::string error_body(const ApiError& error);
 
+// A client's text for one log line: control characters as \xNN, so that it cannot end the
+// line and forge another.
+std::string loggable(const std::string& text);
+
 }  // namespace lorakv::server::api

@@ -30,5 +30,11 @@ TEST(ApiError, InvalidUtf8InTheMessageIsReplaced) {
   EXPECT_NE(parsed["error"]["message"].get<std::string>().find("\xEF\xBF\xBD"), std::string::npos);  // U+FFFD
 }
 
+TEST(ApiError, LoggableTextCannotForgeALogLine) {
+  EXPECT_EQ(loggable("user-7"), "user-7");
+  EXPECT_EQ(loggable("a\n[info] request done\r\x7f"), "a\\x0a[info] request done\\x0d\\x7f");
+  EXPECT_EQ(loggable("caf\xc3\xa9"), "caf\xc3\xa9");  // UTF-8 stays as it is
+}
+
 }  // namespace
 }  // namespace lorakv::server::api
