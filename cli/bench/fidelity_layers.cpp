@@ -100,10 +100,23 @@ double LayerRowError::v_relative(size_t layer) const { return std::sqrt(v_diff[l
 
 runtime::ContextRows with_own_layers(const runtime::ContextRows& mode_rows, const runtime::SequenceRows& own,
                                      int64_t first, int64_t last) {
-  LORAKV_ASSERT(mode_rows.shared.has_value(), "with_own_layers: the mode's rows have no shared rows");
+  LORAKV_CHECK(mode_rows.shared.has_value(), InvalidArgumentError,
+               "with_own_layers: the mode's rows have no shared rows (rows of `full`?)");
+  const runtime::SequenceRows& mode_shared = *mode_rows.shared;
+  const auto layers = static_cast<int64_t>(mode_shared.k.size());
+  LORAKV_CHECK(0 <= first && first <= last && last <= layers, InvalidArgumentError,
+               "with_own_layers: layers [" << first << ", " << last << ") are not a band of the " << layers
+                                           << " layers");
+  LORAKV_CHECK(own.tokens.size() == mode_shared.tokens.size(), InvalidArgumentError,
+               "with_own_layers: the reader's own rows hold " << own.tokens.size() << " tokens, the mode's rows "
+                                                              << mode_shared.tokens.size());
+  LORAKV_CHECK(own.tokens == mode_shared.tokens, InvalidArgumentError,
+               "with_own_layers: the reader's own rows are of other tokens");
+  LORAKV_CHECK(static_cast<int64_t>(own.k.size()) == layers && static_cast<int64_t>(own.v.size()) == layers,
+               InvalidArgumentError,
+               "with_own_layers: the reader's own rows have " << own.k.size() << " layers, the mode's rows " << layers);
   runtime::ContextRows out = mode_rows;
   runtime::SequenceRows& shared = *out.shared;
-  LORAKV_ASSERT(shared.tokens == own.tokens, "with_own_layers: the reader's own rows are of other tokens");
   // Copies: the exported tensors may be views the other rows still share.
   for (auto* tensors : {&shared.k, &shared.v}) {
     for (at::Tensor& t : *tensors) t = t.clone();

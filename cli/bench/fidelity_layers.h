@@ -42,6 +42,8 @@ struct LayerRowError {
 
 // A shared mode's rows with layers [first, last) replaced by a reader's own `full` rows,
 // every residual stream zeroed there (so that reader reads exactly its own rows there).
+// Throws InvalidArgumentError for a band outside 0 <= first <= last <= layers, for mode rows
+// without shared rows, and for own rows of other tokens or of another number of layers.
 runtime::ContextRows with_own_layers(const runtime::ContextRows& mode_rows, const runtime::SequenceRows& own,
                                      int64_t first, int64_t last);
 
