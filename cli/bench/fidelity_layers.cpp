@@ -134,6 +134,20 @@ runtime::ContextRows with_own_layers(const runtime::ContextRows& mode_rows, cons
   return out;
 }
 
+ReplayOptions keep_own_rows(std::vector<runtime::SequenceRows>& own) {
+  ReplayOptions options;
+  options.before_turn = [&own](const RoleTurnInfo& turn, runtime::Engine& engine, runtime::ContextId ctx) {
+    own.push_back(*engine.export_context(ctx, {turn.reader}).own.at(0));
+  };
+  return options;
+}
+
+runtime::ContextRows export_every_reader(const runtime::Engine& engine, runtime::ContextId ctx) {
+  std::vector<int32_t> readers(static_cast<size_t>(engine.num_readers(ctx)));
+  for (size_t i = 0; i < readers.size(); ++i) readers[i] = static_cast<int32_t>(i);
+  return engine.export_context(ctx, readers);
+}
+
 at::Tensor turn_over_rows(const runtime::LlamaModel& model, const runtime::ContextRows& rows,
                           const std::vector<AdapterPtr>& readers, const RoleTurnInfo& turn) {
   runtime::EngineOptions eo;

@@ -47,6 +47,15 @@ struct LayerRowError {
 runtime::ContextRows with_own_layers(const runtime::ContextRows& mode_rows, const runtime::SequenceRows& own,
                                      int64_t first, int64_t last);
 
+// Replay options (role_turn_replay.h) that keep, before each role turn of a `full` replay,
+// the turn reader's own rows, appended to `own` in turn order (own[turn.index]): what the
+// probes compare a mode's rows with. `own` must outlive the replay.
+ReplayOptions keep_own_rows(std::vector<runtime::SequenceRows>& own);
+
+// The context's rows with every reader's own rows, in reader order: import_context takes
+// back the readers export names, so turn_over_rows can import them with every reader.
+runtime::ContextRows export_every_reader(const runtime::Engine& engine, runtime::ContextId ctx);
+
 // The turn's text logits (float32 [text tokens + 1, vocab]) of reader turn.reader over
 // `rows`, imported into a fresh engine with `readers`.
 at::Tensor turn_over_rows(const runtime::LlamaModel& model, const runtime::ContextRows& rows,
