@@ -108,9 +108,7 @@ ReplayOptions layer_probes(const Case& c, const std::vector<AdapterPtr>& readers
                            bool swap, int64_t band, FidelityTables& t) {
   ReplayOptions options;
   options.before_turn = [&, c, swap, band](const RoleTurnInfo& turn, runtime::Engine& engine, runtime::ContextId ctx) {
-    std::vector<int32_t> all_readers(readers.size());  // import takes back what export names
-    for (size_t i = 0; i < readers.size(); ++i) all_readers[i] = static_cast<int32_t>(i);
-    const runtime::ContextRows rows = engine.export_context(ctx, all_readers);
+    const runtime::ContextRows rows = export_every_reader(engine, ctx);
     const LayerRows seen = rows_reader_sees(*rows.shared, readers[turn.reader].get(), engine.model());
     t.layers[c.key() + "," + turn.role].add(seen, own_rows(own[turn.index]));
     if (!swap) return;
@@ -141,14 +139,8 @@ void measure_context(BenchWorkload& w, const MemoryBenchOptions& o, const std::s
   const bool short_context = length == "short";
   // Short contexts: each reader's own rows just before each of its turns, for the layer probes.
   std::vector<runtime::SequenceRows> own;
-  ReplayOptions full_options;
-  if (short_context) {
-    full_options.before_turn = [&](const RoleTurnInfo& turn, runtime::Engine& engine, runtime::ContextId ctx) {
-      own.push_back(*engine.export_context(ctx, {turn.reader}).own.at(0));
-    };
-  }
-  const std::vector<TurnLogits> full =
-      replay_turns(w, readers, {SharingMode::kFull, SharedWriter::kFirst}, trajs, full_options);
+  const std::vector<TurnLogits> full = replay_turns(w, readers, {SharingMode::kFull, SharedWriter::kFirst}, trajs,
+                                                    short_context ? keep_own_rows(own) : ReplayOptions{});
   for (const Case& c : fidelity_cases({set})) {
     const bool swap = short_context && o.swap_mode && o.swap_mode->mode == c.mode.mode &&
                       o.swap_mode->writer == c.mode.writer;

@@ -100,10 +100,23 @@ double LayerRowError::v_relative(size_t layer) const { return std::sqrt(v_diff[l
 
 runtime::ContextRows with_own_layers(const runtime::ContextRows& mode_rows, const runtime::SequenceRows& own,
                                      int64_t first, int64_t last) {
-  LORAKV_ASSERT(mode_rows.shared.has_value(), "with_own_layers: the mode's rows have no shared rows");
+  LORAKV_CHECK(mode_rows.shared.has_value(), InvalidArgumentError,
+               "with_own_layers: the mode's rows have no shared rows (rows of `full`?)");
+  const runtime::SequenceRows& mode_shared = *mode_rows.shared;
+  const auto layers = static_cast<int64_t>(mode_shared.k.size());
+  LORAKV_CHECK(0 <= first && first <= last && last <= layers, InvalidArgumentError,
+               "with_own_layers: layers [" << first << ", " << last << ") are not a band of the " << layers
+                                           << " layers");
+  LORAKV_CHECK(own.tokens.size() == mode_shared.tokens.size(), InvalidArgumentError,
+               "with_own_layers: the reader's own rows hold " << own.tokens.size() << " tokens, the mode's rows "
+                                                              << mode_shared.tokens.size());
+  LORAKV_CHECK(own.tokens == mode_shared.tokens, InvalidArgumentError,
+               "with_own_layers: the reader's own rows are of other tokens");
+  LORAKV_CHECK(static_cast<int64_t>(own.k.size()) == layers && static_cast<int64_t>(own.v.size()) == layers,
+               InvalidArgumentError,
+               "with_own_layers: the reader's own rows have " << own.k.size() << " layers, the mode's rows " << layers);
   runtime::ContextRows out = mode_rows;
   runtime::SequenceRows& shared = *out.shared;
-  LORAKV_ASSERT(shared.tokens == own.tokens, "with_own_layers: the reader's own rows are of other tokens");
   // Copies: the exported tensors may be views the other rows still share.
   for (auto* tensors : {&shared.k, &shared.v}) {
     for (at::Tensor& t : *tensors) t = t.clone();
@@ -119,6 +132,20 @@ runtime::ContextRows with_own_layers(const runtime::ContextRows& mode_rows, cons
     }
   }
   return out;
+}
+
+ReplayOptions keep_own_rows(std::vector<runtime::SequenceRows>& own) {
+  ReplayOptions options;
+  options.before_turn = [&own](const RoleTurnInfo& turn, runtime::Engine& engine, runtime::ContextId ctx) {
+    own.push_back(*engine.export_context(ctx, {turn.reader}).own.at(0));
+  };
+  return options;
+}
+
+runtime::ContextRows export_every_reader(const runtime::Engine& engine, runtime::ContextId ctx) {
+  std::vector<int32_t> readers(static_cast<size_t>(engine.num_readers(ctx)));
+  for (size_t i = 0; i < readers.size(); ++i) readers[i] = static_cast<int32_t>(i);
+  return engine.export_context(ctx, readers);
 }
 
 at::Tensor turn_over_rows(const runtime::LlamaModel& model, const runtime::ContextRows& rows,

@@ -42,8 +42,19 @@ struct LayerRowError {
 
 // A shared mode's rows with layers [first, last) replaced by a reader's own `full` rows,
 // every residual stream zeroed there (so that reader reads exactly its own rows there).
+// Throws InvalidArgumentError for a band outside 0 <= first <= last <= layers, for mode rows
+// without shared rows, and for own rows of other tokens or of another number of layers.
 runtime::ContextRows with_own_layers(const runtime::ContextRows& mode_rows, const runtime::SequenceRows& own,
                                      int64_t first, int64_t last);
+
+// Replay options (role_turn_replay.h) that keep, before each role turn of a `full` replay,
+// the turn reader's own rows, appended to `own` in turn order (own[turn.index]): what the
+// probes compare a mode's rows with. `own` must outlive the replay.
+ReplayOptions keep_own_rows(std::vector<runtime::SequenceRows>& own);
+
+// The context's rows with every reader's own rows, in reader order: import_context takes
+// back the readers export names, so turn_over_rows can import them with every reader.
+runtime::ContextRows export_every_reader(const runtime::Engine& engine, runtime::ContextId ctx);
 
 // The turn's text logits (float32 [text tokens + 1, vocab]) of reader turn.reader over
 // `rows`, imported into a fresh engine with `readers`.
