@@ -151,9 +151,12 @@ runtime::ContextRows export_every_reader(const runtime::Engine& engine, runtime:
 at::Tensor turn_over_rows(const runtime::LlamaModel& model, const runtime::ContextRows& rows,
                           const std::vector<AdapterPtr>& readers, const RoleTurnInfo& turn) {
   runtime::EngineOptions eo;
-  // Room for the context, the turn, and a block of slack per lane.
+  // Room for the context, the turn, and a block of slack per lane; as much again per residual
+  // stream in the rows (base_shared: a k and a v stream per reader, all in one pool of their
+  // rank) and per reader whose turn may add one.
   eo.base_rows = static_cast<int64_t>(rows.tokens.size() + turn.tokens.size()) + 2 * eo.block_size;
-  eo.residual_rows = static_cast<int64_t>(readers.size()) * eo.base_rows;
+  const size_t streams = rows.shared ? rows.shared->residuals.size() : 0;
+  eo.residual_rows = static_cast<int64_t>(streams + 2 * readers.size()) * eo.base_rows;
   runtime::Engine engine(model, eo);
   const runtime::ContextId ctx = engine.import_context(rows, readers);
   return run_role_turn(engine, {ctx, turn.reader}, turn);

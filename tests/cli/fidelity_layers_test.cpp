@@ -120,7 +120,8 @@ class FidelityLayers : public ::testing::Test {
     // The first held-out trajectory up to the actor's second turn: system, user, planner,
     // actor, tool, planner, actor. Four role turns of two readers: every check has its case
     // (a reader that wrote every shared row, one that wrote none), and the replays stay quick.
-    trajectory_ = w_->held_out.at(0);
+    whole_trajectory_ = w_->held_out.at(0);
+    trajectory_ = whole_trajectory_;
     trajectory_.turns.resize(7);
   }
   static void TearDownTestSuite() {
@@ -136,9 +137,10 @@ class FidelityLayers : public ::testing::Test {
   }
 
   // The replay of the trajectory by the three roles of `set` in `mode`, made once per suite.
-  static const Replay& replay(const std::string& set, ContextOptions mode) {
-    const std::string key =
-        set + "," + runtime::sharing_mode_name(mode.mode) + "," + runtime::shared_writer_name(mode.writer);
+  // `whole`: the whole trajectory, up to the reflector's verdict (three readers).
+  static const Replay& replay(const std::string& set, ContextOptions mode, bool whole = false) {
+    const std::string key = set + "," + runtime::sharing_mode_name(mode.mode) + "," +
+                            runtime::shared_writer_name(mode.writer) + (whole ? ",whole" : "");
     const auto found = replays_.find(key);
     if (found != replays_.end()) return found->second;
     Replay& r = replays_[key];
@@ -152,10 +154,12 @@ class FidelityLayers : public ::testing::Test {
       if (keep) keep(turn, engine, ctx);
       if (engine.context_options(ctx).mode != SharingMode::kFull) r.rows.push_back(export_every_reader(engine, ctx));
     };
-    r.logits = replay_turns(w(), readers(set), mode, {&trajectory_}, options);
+    r.logits = replay_turns(w(), readers(set), mode, {whole ? &whole_trajectory_ : &trajectory_}, options);
     return r;
   }
-  static const Replay& full(const std::string& set) { return replay(set, {SharingMode::kFull, SharedWriter::kFirst}); }
+  static const Replay& full(const std::string& set, bool whole = false) {
+    return replay(set, {SharingMode::kFull, SharedWriter::kFirst}, whole);
+  }
 
   // Every turn's reader sees its own `full` rows at layer 0 (the embedding is every reader's
   // input there) and rows far from them at every later layer.
@@ -188,7 +192,7 @@ class FidelityLayers : public ::testing::Test {
 
  private:
   static inline std::unique_ptr<BenchWorkload> w_;
-  static inline BenchTrajectory trajectory_;
+  static inline BenchTrajectory trajectory_, whole_trajectory_;
   static inline std::map<std::string, Replay> replays_;
 };
 
@@ -270,6 +274,23 @@ TEST_F(FidelitySwap, EveryLayerSwappedGivesTheReadersFullLogits) {
   ASSERT_EQ(mode().turns[kTurn].role, "actor");
   ASSERT_GT(max_diff(mode_logits(), full_logits()), 100 * tolerance());  // the mode is far from full
   EXPECT_LE(max_diff(swapped_logits(0, layers()), full_logits()), tolerance());
+}
+
+// The reflector's turn at the end of the whole trajectory: the rows hold the three readers' K
+// and V streams (six residual streams of rank 8 in one pool), which the engine the swap
+// imports them into must hold too (it once had room for three).
+TEST_F(FidelitySwap, TheLastTurnOfThreeReadersRunsAndEveryLayerGivesFull) {
+  const ContextOptions base_shared{SharingMode::kBaseShared, SharedWriter::kBase};
+  const Replay& whole = replay("all_linear", base_shared, /*whole=*/true);
+  const Replay& whole_full = full("all_linear", /*whole=*/true);
+  const size_t turn = whole.turns.size() - 1;
+  ASSERT_EQ(whole.turns[turn].role, "reflector");
+  const runtime::ContextRows& rows = whole.rows[turn];
+  ASSERT_EQ(rows.shared->residuals.size(), 6u);
+  const at::Tensor logits = turn_over_rows(model(), with_own_layers(rows, whole_full.own[turn], 0, layers()),
+                                           readers("all_linear"), whole.turns[turn]);
+  const at::Tensor& want = whole_full.logits[turn].logits;
+  EXPECT_LE(max_diff(logits, want), kLogitTolerance * want.abs().max().item<double>());
 }
 
 TEST_F(FidelitySwap, AnEmptyBandLeavesTheModesRowsAndLogits) {
