@@ -74,9 +74,7 @@ void point_lanes_at_tables(detail::PagedLanes& out) {
 }
 
 const ResidualStream& find_stream(const PagedKvCache& cache, SeqId seq, const ContentKey& key, const char* op) {
-  for (const ResidualStream& r : cache.manager().sequence(seq).residuals) {
-    if (r.key == key) return r;
-  }
+  if (const ResidualStream* r = cache.manager().sequence(seq).find_residual(key)) return *r;
   std::ostringstream os;
   os << op << ": sequence " << seq.value() << " has no residual stream ("
      << (key.kind == StreamKind::kResidualK ? "k" : key.kind == StreamKind::kResidualV ? "v" : "base") << ", "

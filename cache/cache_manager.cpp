@@ -70,11 +70,18 @@ std::vector<SeqId> CacheManager::sequences() const {
   return out;
 }
 
+const ResidualStream* SequenceState::find_residual(const ContentKey& key) const {
+  const auto found = std::find_if(residuals.begin(), residuals.end(), [&](const ResidualStream& r) { return r.key == key; });
+  return found == residuals.end() ? nullptr : &*found;
+}
+
+ResidualStream* SequenceState::find_residual(const ContentKey& key) {
+  return const_cast<ResidualStream*>(static_cast<const SequenceState*>(this)->find_residual(key));
+}
+
 int64_t CacheManager::residual_index(const SequenceState& s, const ContentKey& key) const {
-  for (size_t i = 0; i < s.residuals.size(); ++i) {
-    if (s.residuals[i].key == key) return static_cast<int64_t>(i);
-  }
-  return -1;
+  const ResidualStream* r = s.find_residual(key);
+  return r == nullptr ? -1 : r - s.residuals.data();
 }
 
 const ResidualStream& CacheManager::residual(SeqId seq, const ContentKey& stream) const {

@@ -138,12 +138,16 @@ struct SequenceState {
   bool keeps_tokens = true;
   WriterRuns writers;                    // whose hidden states filled each position's base rows
   std::vector<BaseLane> lanes;           // layout.num_lanes(), layer-major
-  std::vector<ResidualStream> residuals;
+  std::vector<ResidualStream> residuals;  // at most one per key: find_residual
   std::vector<EntryId> base_chain;       // indexed base entries for blocks 0..size-1
   bool indexable = true;                 // false once compacted, and for suffix sequences
   // Position of tokens[0]: 0, or a suffix sequence's start (an agent's private rows after
   // the shared rows of its context, which live in another sequence).
   int64_t first_position = 0;
+  // The attached residual stream of `key`, or null: the one lookup of a stream by key (a
+  // sequence carries a handful, one per module and adapter or shared-A group).
+  const ResidualStream* find_residual(const ContentKey& key) const;
+  ResidualStream* find_residual(const ContentKey& key);
 };
 
 // Rows to keep per lane (layer-major, layout.num_lanes() of them), strictly ascending row

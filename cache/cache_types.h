@@ -75,6 +75,11 @@ struct ContentKey {
     return a.kind == b.kind && a.dtype == b.dtype && a.adapter == b.adapter;
   }
   friend bool operator!=(const ContentKey& a, const ContentKey& b) { return !(a == b); }
+  friend bool operator<(const ContentKey& a, const ContentKey& b) {  // any strict order, for maps
+    if (a.kind != b.kind) return a.kind < b.kind;
+    if (a.dtype != b.dtype) return a.dtype < b.dtype;
+    return a.adapter < b.adapter;
+  }
 };
 
 inline uint64_t hash_mix(uint64_t seed, uint64_t value) {

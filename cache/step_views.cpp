@@ -56,9 +56,8 @@ int64_t StepViews::add_residual(int64_t base, const ContentKey& stream) {
   LORAKV_ASSERT(!finished_, "StepViews: add after finish");
   const BaseRead& read = bases_.at(static_cast<size_t>(base));
   const SequenceState& s = cache_.manager().sequence(read.seq);
-  const auto found = std::find_if(s.residuals.begin(), s.residuals.end(),
-                                  [&](const ResidualStream& r) { return r.key == stream; });
-  if (found == s.residuals.end()) {
+  const ResidualStream* found = s.find_residual(stream);
+  if (found == nullptr) {
     std::ostringstream os;
     os << "StepViews: sequence " << read.seq.value() << " has no such residual stream (" << stream.adapter << ")";
     throw InvalidArgumentError(os.str());

@@ -13,6 +13,7 @@
 #include "lorakv/common/sha256.h"
 #include "lorakv/kernels/lora_attention.h"
 #include "lorakv/runtime/engine_state.h"
+#include "lorakv/runtime/sharing_rules.h"
 
 namespace lorakv::runtime {
 
@@ -90,54 +91,6 @@ cache::CacheConfig cache_config(const ModelConfig& c, const EngineOptions& o, at
   return config;
 }
 
-// The identity of the stream whose rows every reader of a base_lr_shared context shares:
-// the module and the A of each layer (a_hash), so equal A means one stream.
-AdapterIdentity group_identity(adapters::ModuleId module, const adapters::Adapter& a) {
-  Sha256 h;
-  h.update_string("lorakv.shared_a_stream").update_string(adapters::module_name(module));
-  for (const adapters::LoraModule& m : a.modules()) {
-    if (m.module == module) h.update_u64(static_cast<uint64_t>(m.layer)).update_digest(m.a_hash.digest);
-  }
-  return AdapterIdentity{h.finish()};
-}
-
-// A stream of `module` filled with `a`'s A (and, when `reader` is given, read with its B).
-ReaderStream make_stream(const ModelConfig& c, adapters::ModuleId module, const adapters::Adapter& a,
-                         const cache::ContentKey& key, const adapters::Adapter* reader) {
-  ReaderStream s;
-  s.key = key;
-  s.module = module;
-  s.ranks.assign(static_cast<size_t>(c.num_layers), 0);
-  s.a.resize(static_cast<size_t>(c.num_layers));
-  s.b.resize(static_cast<size_t>(c.num_layers));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const adapters::LoraModule* m = a.find(l, module);
-    if (m == nullptr) continue;
-    s.ranks[static_cast<size_t>(l)] = m->rank;
-    s.a[static_cast<size_t>(l)] = m->a;
-    const adapters::LoraModule* mine = reader ? reader->find(l, module) : nullptr;
-    if (mine == nullptr) continue;
-    // B [kv_heads * head_dim, rank] (scale folded) -> [kv_heads, rank, head_dim] float32.
-    s.b[static_cast<size_t>(l)] =
-        mine->b.to(at::kFloat).view({c.num_kv_heads, c.head_dim, mine->rank}).permute({0, 2, 1}).contiguous();
-  }
-  return s;
-}
-
-bool adapts(const adapters::Adapter* a, adapters::ModuleId module) {
-  if (a == nullptr) return false;
-  for (const adapters::LoraModule& m : a->modules()) {
-    if (m.module == module) return true;
-  }
-  return false;
-}
-
-constexpr adapters::ModuleId kCachedModules[] = {adapters::ModuleId::kV, adapters::ModuleId::kK};
-
-cache::StreamKind stream_kind(adapters::ModuleId module) {
-  return module == adapters::ModuleId::kV ? cache::StreamKind::kResidualV : cache::StreamKind::kResidualK;
-}
-
 }  // namespace
 
 cache::StorageDtype parse_kv_dtype(const std::string& name, const std::string& key) {
@@ -155,34 +108,6 @@ const char* kv_dtype_name(cache::StorageDtype dtype) {
   }
   return "unknown";
 }
-
-cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype) {
-  if (mode != SharingMode::kFullShared) return cache::ContentKey::base(dtype);
-  // full_shared rows include their writer's adapter output: never reuse them as base rows.
-  static const AdapterIdentity full_shared{Sha256().update_string("lorakv.full_shared_rows").finish()};
-  return cache::ContentKey::base_with_adapter(dtype, full_shared);
-}
-
-cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype) {
-  if (!reader.context_adapter()) return cache::ContentKey::base(dtype);
-  return cache::ContentKey::base_with_adapter(dtype, reader.identity);
-}
-
-cache::ContentKey private_key(const ReaderState& reader, cache::StorageDtype dtype) {
-  if (!reader.adapter) return cache::ContentKey::base(dtype);
-  return cache::ContentKey::base_with_adapter(dtype, reader.identity);
-}
-
-AdapterIdentity context_writer(const ContextOptions& options, const ReaderState& reader) {
-  if (options.mode != SharingMode::kFull && options.writer == SharedWriter::kBase) return AdapterIdentity::base_model();
-  return reader.context_identity();
-}
-
-AdapterIdentity residual_writer(const ContextOptions& options, const ReaderState& reader) {
-  if (options.mode == SharingMode::kBaseShared) return reader.identity;  // C_i = X_i A_i, always its own
-  return context_writer(options, reader);                                // C = X_w A, beside the base rows
-}
-
 
 ContextState& Engine::State::context(ContextId id) {
   auto it = contexts.find(id.value());
@@ -316,29 +241,20 @@ int32_t Engine::add_reader(ContextId context, std::shared_ptr<const adapters::Ad
   r.adapter = adapter;
   r.identity = adapter ? adapter->identity() : AdapterIdentity::base_model();
   check_reader(c.options.mode, r.context_adapter(), others);
-  // The adapter whose residual rows the reader reads (none for an aLoRA reader).
-  const adapters::Adapter* residual = r.context_adapter();
-  if (c.options.mode == SharingMode::kBaseShared && residual) {
-    for (adapters::ModuleId m : kCachedModules) {
-      if (!adapts(residual, m)) continue;
-      r.streams.push_back(make_stream(mc, m, *residual, cache::ContentKey::residual(stream_kind(m), dtype, r.identity),
-                                      residual));
+  // A pool that cannot be made (bad_alloc) leaves the context as it was.
+  const std::vector<ReaderStream> group_streams = c.group_streams;
+  const std::map<cache::ContentKey, ContextState::StreamUse> streams = c.streams;
+  try {
+    add_reader_streams(mc, dtype, c, r);
+    for (const ReaderStream& s : r.streams) {
+      for (int64_t rank : s.ranks) {
+        if (rank > 0) cache_->ensure_residual_pool(rank, residual_pool_blocks(cache_->layout(), options_.residual_rows));
+      }
     }
-  }
-  if (c.options.mode == SharingMode::kBaseLrShared && residual) {
-    for (adapters::ModuleId m : kCachedModules) {
-      if (!adapts(residual, m)) continue;
-      const cache::ContentKey key = cache::ContentKey::residual(stream_kind(m), dtype, group_identity(m, *residual));
-      const bool known = std::any_of(c.group_streams.begin(), c.group_streams.end(),
-                                     [&](const ReaderStream& g) { return g.key == key; });
-      if (!known) c.group_streams.push_back(make_stream(mc, m, *residual, key, nullptr));
-      r.streams.push_back(make_stream(mc, m, *residual, key, residual));
-    }
-  }
-  for (const ReaderStream& s : r.streams) {
-    for (int64_t rank : s.ranks) {
-      if (rank > 0) cache_->ensure_residual_pool(rank, residual_pool_blocks(cache_->layout(), options_.residual_rows));
-    }
+  } catch (...) {
+    c.group_streams = group_streams;
+    c.streams = streams;
+    throw;
   }
   c.readers.push_back(std::move(r));
   return static_cast<int32_t>(c.readers.size() - 1);
@@ -399,24 +315,12 @@ void Engine::remove_reader(ReaderRef ref) {
   ReaderState& r = state_->reader(ref);  // throws for an unknown reader or one that left
   if (r.own_seq.valid()) cache_->release(r.own_seq);
   if (r.private_seq.valid()) cache_->release(r.private_seq);
-  // Residual streams no remaining reader reads: base_shared keys a stream by its adapter (two
-  // readers with one adapter read one stream), base_lr_shared by its shared-A group.
-  auto still_read = [&](const cache::ContentKey& key) {
-    for (const ReaderState& other : c.readers) {
-      if (&other == &r || other.left) continue;
-      for (const ReaderStream& s : other.streams) {
-        if (s.key == key) return true;
-      }
-    }
-    return false;
-  };
+  // Streams no remaining reader reads go (ContextState::streams counts the readers).
   for (const ReaderStream& s : r.streams) {
-    if (still_read(s.key)) continue;
-    if (c.shared_seq.valid()) {
-      const cache::SequenceState& seq = cache_->manager().sequence(c.shared_seq);
-      const bool attached = std::any_of(seq.residuals.begin(), seq.residuals.end(),
-                                        [&](const cache::ResidualStream& x) { return x.key == s.key; });
-      if (attached) cache_->detach_residual(c.shared_seq, s.key);
+    if (--c.streams.at(s.key).readers > 0) continue;
+    c.streams.erase(s.key);
+    if (c.shared_seq.valid() && cache_->manager().sequence(c.shared_seq).find_residual(s.key) != nullptr) {
+      cache_->detach_residual(c.shared_seq, s.key);
     }
     c.group_streams.erase(std::remove_if(c.group_streams.begin(), c.group_streams.end(),
                                          [&](const ReaderStream& g) { return g.key == s.key; }),
@@ -428,30 +332,12 @@ void Engine::remove_reader(ReaderRef ref) {
 
 const std::vector<int32_t>& Engine::private_tokens(ReaderRef reader) const { return state_->reader(reader).private_tokens; }
 
-// The sequence whose rows the reader's private rows can become at commit: rows equal to
-// what processing the reply as context would write (docs/sharing_modes.md, "Commit"):
-// `full` (the reader's own rows) and `full_shared` with writer `first` (the shared rows are
-// whoever processes first's full rows). Only when nothing was appended since the reply began
-// and the rows before it are all there. Invalid otherwise: the reply is processed again.
-SeqId Engine::adoption_target(const ContextState& c, const ReaderState& r) const {
-  SeqId target;
-  if (c.options.mode == SharingMode::kFull) target = r.own_seq;
-  if (c.options.mode == SharingMode::kFullShared && c.options.writer == SharedWriter::kFirst) target = c.shared_seq;
-  const auto n = static_cast<int64_t>(c.tokens.size());
-  if (!target.valid() || !r.private_seq.valid() || r.private_after != n) return SeqId();
-  // An aLoRA reader's private rows hold the adapter's K/V; its context rows are base rows.
-  if (r.activated()) return SeqId();
-  const cache::SequenceState& t = cache_->manager().sequence(target);
-  if (t.num_positions != n || !t.residuals.empty()) return SeqId();
-  return target;
-}
-
 int64_t Engine::commit_private(ReaderRef reader) {
   ContextState& c = state_->context(reader.context);
   ReaderState& r = state_->reader(reader);
   const std::vector<int32_t> tokens = r.private_tokens;
   const int64_t output_tokens = c.output_tokens + static_cast<int64_t>(tokens.size());
-  const SeqId target = adoption_target(c, r);
+  const SeqId target = adoption_target(*cache_, c, r);
   if (target.valid() && cache_->adopt_suffix(target, r.private_seq)) {
     c.tokens.insert(c.tokens.end(), tokens.begin(), tokens.end());
     c.output_tokens = output_tokens;
@@ -555,20 +441,9 @@ ContextMemory Engine::context_memory(ContextId context) const {
 ContextFootprint Engine::context_footprint(ContextId context) const {
   const ContextState& c = state_->context(context);
   ContextFootprint f;
-  std::vector<const ReaderStream*> streams;  // distinct by key: readers of one A group share one
-  auto add = [&](const ReaderStream& s) {
-    const bool known = std::any_of(streams.begin(), streams.end(), [&](const ReaderStream* o) { return o->key == s.key; });
-    if (!known) streams.push_back(&s);
-  };
-  for (const ReaderState& r : c.readers) {
-    if (r.left) continue;
-    if (c.options.mode == SharingMode::kFull) ++f.base_row_sets;
-    for (const ReaderStream& s : r.streams) add(s);
-  }
-  for (const ReaderStream& s : c.group_streams) add(s);
-  if (c.options.mode != SharingMode::kFull) f.base_row_sets = 1;
-  for (const ReaderStream* s : streams) {
-    const std::set<int64_t> ranks(s->ranks.begin(), s->ranks.end());
+  f.base_row_sets = base_row_sets(c);
+  for (const auto& [key, use] : c.streams) {
+    const std::set<int64_t> ranks(use.ranks.begin(), use.ranks.end());
     for (int64_t rank : ranks) {
       if (rank > 0) ++f.residual_streams_by_rank[rank];
     }

@@ -360,7 +360,6 @@ class Engine {
 
  private:
   void validate_work(const std::vector<StepWork>& work) const;
-  SeqId adoption_target(const ContextState& c, const ReaderState& r) const;
 
   const LlamaModel& model_;
   EngineOptions options_;

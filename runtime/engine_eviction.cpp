@@ -11,6 +11,7 @@
 #include "lorakv/common/logging.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/engine_state.h"
+#include "lorakv/runtime/sharing_rules.h"
 #include "lorakv/runtime/eviction_bound.h"
 #include "lorakv/runtime/eviction_scores.h"
 
@@ -191,8 +192,7 @@ namespace {
 
 // The rows eviction governs that `reader` reads: the shared rows, or in `full` its own.
 SeqId evictable_seq_of(const Engine::State& st, ContextId context, int32_t reader) {
-  const ContextState& c = st.context(context);
-  return c.options.mode == SharingMode::kFull ? st.reader({context, reader}).own_seq : c.shared_seq;
+  return context_rows(st.context(context), st.reader({context, reader}));
 }
 
 }  // namespace

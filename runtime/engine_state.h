@@ -68,6 +68,15 @@ struct ContextState {
   std::vector<ReaderState> readers;
   // base_lr_shared: the context's streams (v, k), filled by whoever writes the shared rows.
   std::vector<ReaderStream> group_streams;
+  // Every residual stream the live readers read, by key: its ranks per layer and how many
+  // readers read it (base_shared: readers of one adapter read one stream; base_lr_shared: one
+  // per shared-A group). Kept by add_reader_streams and remove_reader.
+  struct StreamUse {
+    std::vector<int64_t> ranks;
+    int32_t readers = 0;
+  };
+  std::map<cache::ContentKey, StreamUse> streams;
+  const ReaderStream* group_stream(const cache::ContentKey& key) const;  // null when none
   // options.eviction's policy; null for none. Shared with forks (policies are immutable).
   std::shared_ptr<const cache::eviction::EvictionPolicy> policy;
   QueryAnchor shared_anchor;  // capkv: the queries that wrote shared_seq
@@ -118,18 +127,5 @@ struct Engine::State {
 // Refuses eviction keys this engine cannot serve (adakv without per-head lanes, a weight
 // list of the wrong length), naming the key (engine_eviction.cpp).
 void check_eviction_fits(const cache::eviction::EvictionConfig& eviction, const cache::CacheLayout& layout);
-
-// Content keys and writers of the modes (engine.cpp).
-cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype);
-cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype);  // context rows (full)
-cache::ContentKey private_key(const ReaderState& reader, cache::StorageDtype dtype);   // private rows
-// Whose hidden states fill the context rows `reader` finds unprocessed, and so the only
-// writer whose indexed rows it may adopt instead (docs/sharing_modes.md, "Reuse"): its own in
-// `full`; the base model with writer `base`; with writer `first` the reader itself, the first
-// to process them (an aLoRA reader's context rows are the base model's).
-AdapterIdentity context_writer(const ContextOptions& options, const ReaderState& reader);
-// The same for the residual rows the reader fills: its own C_i in base_shared, the shared C
-// of base_lr_shared by the writer of the base rows beside it.
-AdapterIdentity residual_writer(const ContextOptions& options, const ReaderState& reader);
 
 }  // namespace lorakv::runtime

@@ -11,64 +11,17 @@
 #include "lorakv/common/logging.h"
 #include "lorakv/runtime/engine.h"
 #include "lorakv/runtime/engine_state.h"
+#include "lorakv/runtime/sharing_rules.h"
 #include "lorakv/runtime/step_items.h"
 #include "lorakv/runtime/step_undo.h"
 
 namespace lorakv::runtime {
 
-namespace {
-
-int64_t coverage(const cache::PagedKvCache& cache, SeqId seq, const ReaderStream& s) {
-  for (const cache::ResidualStream& r : cache.manager().sequence(seq).residuals) {
-    if (r.key == s.key) return r.covered;
-  }
-  return 0;
-}
-
-int64_t rows_of(const cache::PagedKvCache& cache, SeqId seq) {
-  return seq.valid() ? cache.manager().sequence(seq).num_positions : 0;
-}
-
-// The streams a reader's processing fills: its own (base_shared) or the context's (base_lr_shared).
-const std::vector<ReaderStream>& streams_to_fill(const ContextState& c, const ReaderState& r) {
-  return c.options.mode == SharingMode::kBaseLrShared ? c.group_streams : r.streams;
-}
-
-}  // namespace
-
 int64_t Engine::pending_tokens(ReaderRef ref) const {
-  const ContextState& c = state_->context(ref.context);
-  const ReaderState& r = state_->reader(ref);
-  const auto n = static_cast<int64_t>(c.tokens.size());
-  if (c.options.mode == SharingMode::kFull) return n - rows_of(*cache_, r.own_seq);
-  int64_t pending = n - rows_of(*cache_, c.shared_seq);
-  if (c.options.mode == SharingMode::kBaseShared || c.options.mode == SharingMode::kBaseLrShared) {
-    const std::vector<ReaderStream>& streams = c.options.mode == SharingMode::kBaseShared ? r.streams : c.group_streams;
-    for (const ReaderStream& s : streams) {
-      pending = std::max(pending, n - (c.shared_seq.valid() ? coverage(*cache_, c.shared_seq, s) : 0));
-    }
-  }
-  return pending;
+  return runtime::pending_tokens(*cache_, state_->context(ref.context), state_->reader(ref));
 }
 
 namespace {
-
-// The sequence a reader's first work on a context creates (its own rows in `full`, the
-// shared rows otherwise), or nullopt when it exists.
-struct NewSequence {
-  SeqId* slot = nullptr;  // where its id goes (ReaderState::own_seq or ContextState::shared_seq)
-  cache::ContentKey key;
-  AdapterIdentity writer;  // of every row it would write, and so of every row it may adopt
-};
-
-std::optional<NewSequence> sequence_to_create(cache::StorageDtype dtype, ContextState& c, ReaderState& r) {
-  if (c.options.mode == SharingMode::kFull) {
-    if (r.own_seq.valid()) return std::nullopt;
-    return NewSequence{&r.own_seq, own_base_key(r, dtype), context_writer(c.options, r)};
-  }
-  if (c.shared_seq.valid()) return std::nullopt;
-  return NewSequence{&c.shared_seq, shared_base_key(c.options.mode, dtype), context_writer(c.options, r)};
-}
 
 // The tokens a new sequence may adopt rows for: all but the last, so whoever creates it
 // processes at least one token and has logits at the end of the context.
@@ -119,96 +72,12 @@ int64_t prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState
     cache.create_sequence(*fresh->slot, fresh->key, match);
     hits = match.num_tokens;
   }
-  if (c.options.mode == SharingMode::kFull) return hits;
-  const cache::WriterRuns residual_writers =
-      cache::WriterRuns::filled(rows_of(cache, c.shared_seq), residual_writer(c.options, r));
-  for (const ReaderStream& s : streams_to_fill(c, r)) {
-    const cache::SequenceState& seq = cache.manager().sequence(c.shared_seq);
-    const bool attached = std::any_of(seq.residuals.begin(), seq.residuals.end(),
-                                      [&](const cache::ResidualStream& x) { return x.key == s.key; });
-    if (!attached) cache.attach_residual(c.shared_seq, s.key, s.ranks, residual_writers);
+  for (const ReaderStream& s : streams_to_fill(c, r)) {  // none in full and full_shared
+    if (cache.manager().sequence(c.shared_seq).find_residual(s.key) != nullptr) continue;
+    const int64_t rows = rows_of(cache, c.shared_seq);
+    cache.attach_residual(c.shared_seq, s.key, s.ranks, cache::WriterRuns::filled(rows, residual_writer(c.options, r)));
   }
   return hits;
-}
-
-// The items of one kContext work entry (none when the reader has nothing to process).
-// Planned against the cache as it is, which already holds the rows that earlier admitted
-// work entries of this step reserved: a later entry on one context plans after them.
-std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r,
-                                    size_t work, int64_t chunk, bool all_logits) {
-  std::vector<Item> items;
-  const auto n = static_cast<int64_t>(c.tokens.size());
-  const SharingMode mode = c.options.mode;
-  auto context_item = [&](const adapters::Adapter* adapter, AdapterIdentity writer, int64_t start, int64_t end) {
-    Item it;
-    it.work = work;
-    it.adapter = adapter;
-    it.writer = writer;
-    it.kv_lora_in_rows = !mode_keeps_residuals(mode);
-    it.tokens.assign(c.tokens.begin() + start, c.tokens.begin() + end);
-    it.start = start;
-    it.end = end;
-    it.base_from = end;  // no base rows unless set
-    it.read_limit = end;
-    it.all_logits = all_logits;
-    return it;
-  };
-  if (mode == SharingMode::kFull) {
-    const int64_t w = rows_of(cache, r.own_seq);
-    if (w >= n) return items;
-    Item it = context_item(r.context_adapter(), r.context_identity(), w, std::min(n, w + chunk));
-    it.write_seq = it.read_seq = r.own_seq;
-    it.base_from = w;
-    items.push_back(std::move(it));
-    return items;
-  }
-  const int64_t w = rows_of(cache, c.shared_seq);
-  const std::vector<ReaderStream>& fills = streams_to_fill(c, r);
-  int64_t base_end = w;
-  // base_lr_shared: the shared C may lag the base rows (base rows adopted from the prefix
-  // index where another context, in base_shared, indexed no C of this group): the base
-  // writer runs from the lagging C on and writes base rows only from w.
-  int64_t base_start = w;
-  if (c.options.writer == SharedWriter::kBase && mode == SharingMode::kBaseLrShared) {
-    for (const ReaderStream& s : fills) base_start = std::min(base_start, coverage(cache, c.shared_seq, s));
-  }
-  if (c.options.writer == SharedWriter::kBase && base_start < n) {
-    // The base model processes the new tokens first and writes the shared rows (and, in
-    // base_lr_shared, the shared C); the reader builds only its own residuals.
-    Item it = context_item(nullptr, AdapterIdentity::base_model(), base_start, std::min(n, base_start + chunk));
-    it.work = kNoWork;
-    it.all_logits = false;  // nobody reads the base writer's logits
-    it.write_seq = it.read_seq = c.shared_seq;
-    if (w < it.end) it.base_from = w;
-    if (mode == SharingMode::kBaseLrShared) {
-      for (const ReaderStream& s : fills) {
-        const int64_t from = coverage(cache, c.shared_seq, s);
-        if (from < it.end) it.fills.push_back({&s, from});
-      }
-    }
-    base_end = std::max(w, it.end);
-    items.push_back(std::move(it));
-  }
-  const bool reader_writes_base = c.options.writer == SharedWriter::kFirst;
-  const bool reader_fills = mode == SharingMode::kBaseShared || (mode == SharingMode::kBaseLrShared && reader_writes_base);
-  int64_t start = reader_writes_base ? w : n;
-  if (reader_fills) {
-    for (const ReaderStream& s : fills) start = std::min(start, coverage(cache, c.shared_seq, s));
-  }
-  const int64_t limit = reader_writes_base ? n : base_end;
-  if (start >= limit) return items;
-  Item it = context_item(r.context_adapter(), r.context_identity(), start, std::min(limit, start + chunk));
-  it.write_seq = it.read_seq = c.shared_seq;
-  if (reader_writes_base && w < it.end) it.base_from = w;
-  if (reader_fills) {
-    for (const ReaderStream& s : fills) {
-      const int64_t from = coverage(cache, c.shared_seq, s);
-      if (from < it.end) it.fills.push_back({&s, from});
-    }
-  }
-  for (const ReaderStream& s : r.streams) it.reads.push_back(&s);
-  items.push_back(std::move(it));
-  return items;
 }
 
 cache::AppendRequest append_request(const Item& it) {
@@ -235,7 +104,7 @@ std::vector<Item> plan_private_work(const ContextState& c, ReaderState& r, size_
   it.start = r.private_after + static_cast<int64_t>(r.private_tokens.size());
   it.end = it.start + static_cast<int64_t>(w.tokens.size());
   it.base_from = it.start;
-  it.read_seq = c.options.mode == SharingMode::kFull ? r.own_seq : c.shared_seq;
+  it.read_seq = context_rows(c, r);
   it.read_limit = r.private_after;
   it.write_seq = it.private_seq = r.private_seq;  // invalid until its first row
   for (const ReaderStream& s : r.streams) it.reads.push_back(&s);

@@ -1,7 +1,8 @@
 // tests/runtime/engine_readers_test.cpp: readers leave (Engine::remove_reader) on the tiny
 // model (tests/runtime/tiny_engine_model.h): their rows, residual streams and adapter pins go
-// and the bytes drop by exactly theirs; the readers that stay see the same logits as if the
-// one that left had never joined; a reader that left cannot be used.
+// and the bytes (and the context's footprint) drop by exactly theirs; the readers that stay
+// see the same logits as if the one that left had never joined; a reader that left cannot be
+// used.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -70,6 +71,9 @@ TEST(EngineReaders, ALeavingReaderTakesItsRowsAndStreamsAlong) {
     never.step({private_work(c2, 0, {1, 2})});
     EXPECT_EQ(after.bytes_in_use, never.cache().stats().bytes_in_use)
         << sharing_mode_name(mode) << ": the bytes are those of an engine the leaver never joined";
+    const ContextFootprint left = engine.context_footprint(c), alone = never.context_footprint(c2);
+    EXPECT_EQ(left.base_row_sets, alone.base_row_sets) << sharing_mode_name(mode);
+    EXPECT_EQ(left.residual_streams_by_rank, alone.residual_streams_by_rank) << sharing_mode_name(mode);
     const StepResult r = engine.step({private_work(c, 0, {7, 8})});
     const StepResult r2 = never.step({private_work(c2, 0, {7, 8})});
     EXPECT_LT(lorakv::testing::relative_error(r.outputs[0].logits, r2.outputs[0].logits),

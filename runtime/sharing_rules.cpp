@@ -1,0 +1,254 @@
+// runtime/sharing_rules.cpp: each sharing mode's rules (runtime/sharing_rules.h).
+#include "lorakv/runtime/sharing_rules.h"
+
+#include <algorithm>
+
+#include "lorakv/common/sha256.h"
+
+namespace lorakv::runtime {
+
+namespace {
+
+// The identity of the stream whose rows every reader of a base_lr_shared context shares:
+// the module and the A of each layer (a_hash), so equal A means one stream.
+AdapterIdentity group_identity(adapters::ModuleId module, const adapters::Adapter& a) {
+  Sha256 h;
+  h.update_string("lorakv.shared_a_stream").update_string(adapters::module_name(module));
+  for (const adapters::LoraModule& m : a.modules()) {
+    if (m.module == module) h.update_u64(static_cast<uint64_t>(m.layer)).update_digest(m.a_hash.digest);
+  }
+  return AdapterIdentity{h.finish()};
+}
+
+// A stream of `module` filled with `a`'s A (and, when `reader` is given, read with its B).
+ReaderStream make_stream(const ModelConfig& c, adapters::ModuleId module, const adapters::Adapter& a,
+                         const cache::ContentKey& key, const adapters::Adapter* reader) {
+  ReaderStream s;
+  s.key = key;
+  s.module = module;
+  s.ranks.assign(static_cast<size_t>(c.num_layers), 0);
+  s.a.resize(static_cast<size_t>(c.num_layers));
+  s.b.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const adapters::LoraModule* m = a.find(l, module);
+    if (m == nullptr) continue;
+    s.ranks[static_cast<size_t>(l)] = m->rank;
+    s.a[static_cast<size_t>(l)] = m->a;
+    const adapters::LoraModule* mine = reader ? reader->find(l, module) : nullptr;
+    if (mine == nullptr) continue;
+    // B [kv_heads * head_dim, rank] (scale folded) -> [kv_heads, rank, head_dim] float32.
+    s.b[static_cast<size_t>(l)] =
+        mine->b.to(at::kFloat).view({c.num_kv_heads, c.head_dim, mine->rank}).permute({0, 2, 1}).contiguous();
+  }
+  return s;
+}
+
+bool adapts(const adapters::Adapter* a, adapters::ModuleId module) {
+  if (a == nullptr) return false;
+  for (const adapters::LoraModule& m : a->modules()) {
+    if (m.module == module) return true;
+  }
+  return false;
+}
+
+constexpr adapters::ModuleId kCachedModules[] = {adapters::ModuleId::kV, adapters::ModuleId::kK};
+
+cache::StreamKind stream_kind(adapters::ModuleId module) {
+  return module == adapters::ModuleId::kV ? cache::StreamKind::kResidualV : cache::StreamKind::kResidualK;
+}
+
+}  // namespace
+
+cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype) {
+  if (mode != SharingMode::kFullShared) return cache::ContentKey::base(dtype);
+  // full_shared rows include their writer's adapter output: never reuse them as base rows.
+  static const AdapterIdentity full_shared{Sha256().update_string("lorakv.full_shared_rows").finish()};
+  return cache::ContentKey::base_with_adapter(dtype, full_shared);
+}
+
+cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype) {
+  if (!reader.context_adapter()) return cache::ContentKey::base(dtype);
+  return cache::ContentKey::base_with_adapter(dtype, reader.identity);
+}
+
+cache::ContentKey private_key(const ReaderState& reader, cache::StorageDtype dtype) {
+  if (!reader.adapter) return cache::ContentKey::base(dtype);
+  return cache::ContentKey::base_with_adapter(dtype, reader.identity);
+}
+
+AdapterIdentity context_writer(const ContextOptions& options, const ReaderState& reader) {
+  if (options.mode != SharingMode::kFull && options.writer == SharedWriter::kBase) return AdapterIdentity::base_model();
+  return reader.context_identity();
+}
+
+AdapterIdentity residual_writer(const ContextOptions& options, const ReaderState& reader) {
+  if (options.mode == SharingMode::kBaseShared) return reader.identity;  // C_i = X_i A_i, always its own
+  return context_writer(options, reader);                                // C = X_w A, beside the base rows
+}
+
+void add_reader_streams(const ModelConfig& model, cache::StorageDtype residual_dtype, ContextState& c, ReaderState& r) {
+  // The adapter whose residual rows the reader reads (none for an aLoRA reader).
+  const adapters::Adapter* residual = r.context_adapter();
+  if (residual == nullptr || !mode_keeps_residuals(c.options.mode)) return;
+  for (adapters::ModuleId m : kCachedModules) {
+    if (!adapts(residual, m)) continue;
+    if (c.options.mode == SharingMode::kBaseShared) {
+      const cache::ContentKey key = cache::ContentKey::residual(stream_kind(m), residual_dtype, r.identity);
+      r.streams.push_back(make_stream(model, m, *residual, key, residual));
+      continue;
+    }
+    const cache::ContentKey key = cache::ContentKey::residual(stream_kind(m), residual_dtype, group_identity(m, *residual));
+    if (c.group_stream(key) == nullptr) c.group_streams.push_back(make_stream(model, m, *residual, key, nullptr));
+    r.streams.push_back(make_stream(model, m, *residual, key, residual));
+  }
+  for (const ReaderStream& s : r.streams) {
+    ContextState::StreamUse& use = c.streams[s.key];
+    use.ranks = s.ranks;
+    ++use.readers;
+  }
+}
+
+const ReaderStream* ContextState::group_stream(const cache::ContentKey& key) const {
+  const auto found = std::find_if(group_streams.begin(), group_streams.end(), [&](const ReaderStream& g) { return g.key == key; });
+  return found == group_streams.end() ? nullptr : &*found;
+}
+
+const std::vector<ReaderStream>& streams_to_fill(const ContextState& c, const ReaderState& r) {
+  return c.options.mode == SharingMode::kBaseLrShared ? c.group_streams : r.streams;
+}
+
+SeqId context_rows(const ContextState& c, const ReaderState& r) {
+  return c.options.mode == SharingMode::kFull ? r.own_seq : c.shared_seq;
+}
+
+int64_t base_row_sets(const ContextState& c) {
+  if (c.options.mode != SharingMode::kFull) return 1;
+  return std::count_if(c.readers.begin(), c.readers.end(), [](const ReaderState& r) { return !r.left; });
+}
+
+int64_t rows_of(const cache::PagedKvCache& cache, SeqId seq) {
+  return seq.valid() ? cache.manager().sequence(seq).num_positions : 0;
+}
+
+int64_t coverage(const cache::PagedKvCache& cache, SeqId seq, const ReaderStream& s) {
+  const cache::ResidualStream* r = cache.manager().sequence(seq).find_residual(s.key);
+  return r != nullptr ? r->covered : 0;
+}
+
+int64_t pending_tokens(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r) {
+  const auto n = static_cast<int64_t>(c.tokens.size());
+  if (c.options.mode == SharingMode::kFull) return n - rows_of(cache, r.own_seq);
+  int64_t pending = n - rows_of(cache, c.shared_seq);
+  if (!mode_keeps_residuals(c.options.mode)) return pending;
+  // base_shared: the reader's own C_i; base_lr_shared: the context's C, filled by its writer.
+  for (const ReaderStream& s : streams_to_fill(c, r)) {
+    pending = std::max(pending, n - (c.shared_seq.valid() ? coverage(cache, c.shared_seq, s) : 0));
+  }
+  return pending;
+}
+
+std::optional<NewSequence> sequence_to_create(cache::StorageDtype dtype, ContextState& c, ReaderState& r) {
+  if (c.options.mode == SharingMode::kFull) {
+    if (r.own_seq.valid()) return std::nullopt;
+    return NewSequence{&r.own_seq, own_base_key(r, dtype), context_writer(c.options, r)};
+  }
+  if (c.shared_seq.valid()) return std::nullopt;
+  return NewSequence{&c.shared_seq, shared_base_key(c.options.mode, dtype), context_writer(c.options, r)};
+}
+
+std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r,
+                                    size_t work, int64_t chunk, bool all_logits) {
+  std::vector<Item> items;
+  const auto n = static_cast<int64_t>(c.tokens.size());
+  const SharingMode mode = c.options.mode;
+  auto context_item = [&](const adapters::Adapter* adapter, AdapterIdentity writer, int64_t start, int64_t end) {
+    Item it;
+    it.work = work;
+    it.adapter = adapter;
+    it.writer = writer;
+    it.kv_lora_in_rows = !mode_keeps_residuals(mode);
+    it.tokens.assign(c.tokens.begin() + start, c.tokens.begin() + end);
+    it.start = start;
+    it.end = end;
+    it.base_from = end;  // no base rows unless set
+    it.read_limit = end;
+    it.all_logits = all_logits;
+    return it;
+  };
+  if (mode == SharingMode::kFull) {
+    const int64_t w = rows_of(cache, r.own_seq);
+    if (w >= n) return items;
+    Item it = context_item(r.context_adapter(), r.context_identity(), w, std::min(n, w + chunk));
+    it.write_seq = it.read_seq = r.own_seq;
+    it.base_from = w;
+    items.push_back(std::move(it));
+    return items;
+  }
+  const int64_t w = rows_of(cache, c.shared_seq);
+  const std::vector<ReaderStream>& fills = streams_to_fill(c, r);
+  int64_t base_end = w;
+  // base_lr_shared: the shared C may lag the base rows (base rows adopted from the prefix
+  // index where another context, in base_shared, indexed no C of this group): the base
+  // writer runs from the lagging C on and writes base rows only from w.
+  int64_t base_start = w;
+  if (c.options.writer == SharedWriter::kBase && mode == SharingMode::kBaseLrShared) {
+    for (const ReaderStream& s : fills) base_start = std::min(base_start, coverage(cache, c.shared_seq, s));
+  }
+  if (c.options.writer == SharedWriter::kBase && base_start < n) {
+    // The base model processes the new tokens first and writes the shared rows (and, in
+    // base_lr_shared, the shared C); the reader builds only its own residuals.
+    Item it = context_item(nullptr, AdapterIdentity::base_model(), base_start, std::min(n, base_start + chunk));
+    it.work = kNoWork;
+    it.all_logits = false;  // nobody reads the base writer's logits
+    it.write_seq = it.read_seq = c.shared_seq;
+    if (w < it.end) it.base_from = w;
+    if (mode == SharingMode::kBaseLrShared) {
+      for (const ReaderStream& s : fills) {
+        const int64_t from = coverage(cache, c.shared_seq, s);
+        if (from < it.end) it.fills.push_back({&s, from});
+      }
+    }
+    base_end = std::max(w, it.end);
+    items.push_back(std::move(it));
+  }
+  const bool reader_writes_base = c.options.writer == SharedWriter::kFirst;
+  const bool reader_fills = mode == SharingMode::kBaseShared || (mode == SharingMode::kBaseLrShared && reader_writes_base);
+  int64_t start = reader_writes_base ? w : n;
+  if (reader_fills) {
+    for (const ReaderStream& s : fills) start = std::min(start, coverage(cache, c.shared_seq, s));
+  }
+  const int64_t limit = reader_writes_base ? n : base_end;
+  if (start >= limit) return items;
+  Item it = context_item(r.context_adapter(), r.context_identity(), start, std::min(limit, start + chunk));
+  it.write_seq = it.read_seq = c.shared_seq;
+  if (reader_writes_base && w < it.end) it.base_from = w;
+  if (reader_fills) {
+    for (const ReaderStream& s : fills) {
+      const int64_t from = coverage(cache, c.shared_seq, s);
+      if (from < it.end) it.fills.push_back({&s, from});
+    }
+  }
+  for (const ReaderStream& s : r.streams) it.reads.push_back(&s);
+  items.push_back(std::move(it));
+  return items;
+}
+
+// The sequence whose rows the reader's private rows can become at commit: rows equal to
+// what processing the reply as context would write (docs/sharing_modes.md, "Commit"):
+// `full` (the reader's own rows) and `full_shared` with writer `first` (the shared rows are
+// whoever processes first's full rows). Only when nothing was appended since the reply began
+// and the rows before it are all there. Invalid otherwise: the reply is processed again.
+SeqId adoption_target(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r) {
+  SeqId target;
+  if (c.options.mode == SharingMode::kFull) target = r.own_seq;
+  if (c.options.mode == SharingMode::kFullShared && c.options.writer == SharedWriter::kFirst) target = c.shared_seq;
+  const auto n = static_cast<int64_t>(c.tokens.size());
+  if (!target.valid() || !r.private_seq.valid() || r.private_after != n) return SeqId();
+  // An aLoRA reader's private rows hold the adapter's K/V; its context rows are base rows.
+  if (r.activated()) return SeqId();
+  const cache::SequenceState& t = cache.manager().sequence(target);
+  if (t.num_positions != n || !t.residuals.empty()) return SeqId();
+  return target;
+}
+
+}  // namespace lorakv::runtime
