@@ -207,19 +207,21 @@ def main() -> int:
     alora = kinds.pop()
 
     rows = []
-    for i, rec in enumerate(recs):
-        row = run_one(model, args.set, tok, rec, kb, args.max_rounds, args.max_new, alora,
-                      args.mode == "full_shared:base")
-        rows.append(dict(set=args.set, mode=args.mode, **row))
-        k = sum(r["success"] for r in rows)
-        print(f"{i + 1}/{len(recs)} success {row['success']} ({k}/{i + 1}) answer={row['answer']!r} "
-              f"gold={row['gold']!r} verdict={row['verdict']} ({time.time() - t0:.0f}s)", flush=True)
-
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    with open(args.out, "w", newline="", encoding="utf-8") as f:  # a row per episode as it ends
+        w = None
+        for i, rec in enumerate(recs):
+            row = run_one(model, args.set, tok, rec, kb, args.max_rounds, args.max_new, alora,
+                          args.mode == "full_shared:base")
+            rows.append(dict(set=args.set, mode=args.mode, **row))
+            if w is None:
+                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                w.writeheader()
+            w.writerow(rows[-1])
+            f.flush()
+            k = sum(r["success"] for r in rows)
+            print(f"{i + 1}/{len(recs)} success {row['success']} ({k}/{i + 1}) answer={row['answer']!r} "
+                  f"gold={row['gold']!r} verdict={row['verdict']} ({time.time() - t0:.0f}s)", flush=True)
     for key in ("success", "finished", "verdict_agrees", "planner_actor_consistent"):
         # verdict agreement is over finished episodes only (no Finish, no verdict)
         sel = [r for r in rows if r["finished"] or key != "verdict_agrees"]
