@@ -156,78 +156,98 @@ std::optional<NewSequence> sequence_to_create(cache::StorageDtype dtype, Context
   return NewSequence{&c.shared_seq, shared_base_key(c.options.mode, dtype), context_writer(c.options, r)};
 }
 
+namespace {
+
+// One item of a reader's context work (or, with work kNoWork, of a writer running for it):
+// `adapter` runs tokens [start, end) of the context; it writes no base rows unless base_from
+// is set below end.
+Item context_item(const ContextState& c, size_t work, bool all_logits, const adapters::Adapter* adapter,
+                  AdapterIdentity writer, int64_t start, int64_t end) {
+  Item it;
+  it.work = work;
+  it.adapter = adapter;
+  it.writer = writer;
+  it.kv_lora_in_rows = !mode_keeps_residuals(c.options.mode);
+  it.tokens.assign(c.tokens.begin() + start, c.tokens.begin() + end);
+  it.start = start;
+  it.end = end;
+  it.base_from = end;
+  it.read_limit = end;
+  it.all_logits = all_logits;
+  return it;
+}
+
+// The rows of `fills` an item ending at it.end fills: each stream from its coverage on.
+void add_fills(const cache::PagedKvCache& cache, const ContextState& c, const std::vector<ReaderStream>& fills,
+               Item& it) {
+  for (const ReaderStream& s : fills) {
+    const int64_t from = coverage(cache, c.shared_seq, s);
+    if (from < it.end) it.fills.push_back({&s, from});
+  }
+}
+
+// Writer `base`: the base model processes the new tokens first and writes the shared rows
+// (and, in base_lr_shared, the shared C); the reader then builds only its own residuals.
+// The shared C may lag the base rows (base rows adopted from the prefix index where another
+// context, in base_shared, indexed no C of this group): the base writer then runs from the
+// lagging C on and writes base rows only from the shared rows' end `w`.
+std::optional<Item> base_writer_item(const cache::PagedKvCache& cache, const ContextState& c,
+                                     const std::vector<ReaderStream>& fills, int64_t w, int64_t chunk) {
+  const auto n = static_cast<int64_t>(c.tokens.size());
+  const bool fills_c = c.options.mode == SharingMode::kBaseLrShared;
+  int64_t start = w;
+  if (fills_c) {
+    for (const ReaderStream& s : fills) start = std::min(start, coverage(cache, c.shared_seq, s));
+  }
+  if (start >= n) return std::nullopt;
+  Item it = context_item(c, kNoWork, /*all_logits=*/false, nullptr, AdapterIdentity::base_model(), start,
+                         std::min(n, start + chunk));  // nobody reads the base writer's logits
+  it.write_seq = it.read_seq = c.shared_seq;
+  if (w < it.end) it.base_from = w;
+  if (fills_c) add_fills(cache, c, fills, it);
+  return it;
+}
+
+}  // namespace
+
 std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r,
                                     size_t work, int64_t chunk, bool all_logits) {
-  std::vector<Item> items;
   const auto n = static_cast<int64_t>(c.tokens.size());
   const SharingMode mode = c.options.mode;
-  auto context_item = [&](const adapters::Adapter* adapter, AdapterIdentity writer, int64_t start, int64_t end) {
-    Item it;
-    it.work = work;
-    it.adapter = adapter;
-    it.writer = writer;
-    it.kv_lora_in_rows = !mode_keeps_residuals(mode);
-    it.tokens.assign(c.tokens.begin() + start, c.tokens.begin() + end);
-    it.start = start;
-    it.end = end;
-    it.base_from = end;  // no base rows unless set
-    it.read_limit = end;
-    it.all_logits = all_logits;
-    return it;
-  };
-  if (mode == SharingMode::kFull) {
+  if (mode == SharingMode::kFull) {  // the reader's own rows, from where they end
     const int64_t w = rows_of(cache, r.own_seq);
-    if (w >= n) return items;
-    Item it = context_item(r.context_adapter(), r.context_identity(), w, std::min(n, w + chunk));
+    if (w >= n) return {};
+    Item it = context_item(c, work, all_logits, r.context_adapter(), r.context_identity(), w, std::min(n, w + chunk));
     it.write_seq = it.read_seq = r.own_seq;
     it.base_from = w;
-    items.push_back(std::move(it));
-    return items;
+    return {it};
   }
+  std::vector<Item> items;
   const int64_t w = rows_of(cache, c.shared_seq);
   const std::vector<ReaderStream>& fills = streams_to_fill(c, r);
-  int64_t base_end = w;
-  // base_lr_shared: the shared C may lag the base rows (base rows adopted from the prefix
-  // index where another context, in base_shared, indexed no C of this group): the base
-  // writer runs from the lagging C on and writes base rows only from w.
-  int64_t base_start = w;
-  if (c.options.writer == SharedWriter::kBase && mode == SharingMode::kBaseLrShared) {
-    for (const ReaderStream& s : fills) base_start = std::min(base_start, coverage(cache, c.shared_seq, s));
-  }
-  if (c.options.writer == SharedWriter::kBase && base_start < n) {
-    // The base model processes the new tokens first and writes the shared rows (and, in
-    // base_lr_shared, the shared C); the reader builds only its own residuals.
-    Item it = context_item(nullptr, AdapterIdentity::base_model(), base_start, std::min(n, base_start + chunk));
-    it.work = kNoWork;
-    it.all_logits = false;  // nobody reads the base writer's logits
-    it.write_seq = it.read_seq = c.shared_seq;
-    if (w < it.end) it.base_from = w;
-    if (mode == SharingMode::kBaseLrShared) {
-      for (const ReaderStream& s : fills) {
-        const int64_t from = coverage(cache, c.shared_seq, s);
-        if (from < it.end) it.fills.push_back({&s, from});
-      }
-    }
-    base_end = std::max(w, it.end);
-    items.push_back(std::move(it));
-  }
   const bool reader_writes_base = c.options.writer == SharedWriter::kFirst;
-  const bool reader_fills = mode == SharingMode::kBaseShared || (mode == SharingMode::kBaseLrShared && reader_writes_base);
+  int64_t base_end = w;  // the shared rows' end once this step's base writer has run
+  if (!reader_writes_base) {
+    if (std::optional<Item> base = base_writer_item(cache, c, fills, w, chunk)) {
+      base_end = std::max(w, base->end);
+      items.push_back(std::move(*base));
+    }
+  }
+  // The reader: writes the shared rows (writer first) and fills the streams it fills
+  // (its own C_i in base_shared; the shared C of base_lr_shared with writer first).
+  const bool reader_fills =
+      mode == SharingMode::kBaseShared || (mode == SharingMode::kBaseLrShared && reader_writes_base);
   int64_t start = reader_writes_base ? w : n;
   if (reader_fills) {
     for (const ReaderStream& s : fills) start = std::min(start, coverage(cache, c.shared_seq, s));
   }
   const int64_t limit = reader_writes_base ? n : base_end;
   if (start >= limit) return items;
-  Item it = context_item(r.context_adapter(), r.context_identity(), start, std::min(limit, start + chunk));
+  Item it = context_item(c, work, all_logits, r.context_adapter(), r.context_identity(), start,
+                         std::min(limit, start + chunk));
   it.write_seq = it.read_seq = c.shared_seq;
   if (reader_writes_base && w < it.end) it.base_from = w;
-  if (reader_fills) {
-    for (const ReaderStream& s : fills) {
-      const int64_t from = coverage(cache, c.shared_seq, s);
-      if (from < it.end) it.fills.push_back({&s, from});
-    }
-  }
+  if (reader_fills) add_fills(cache, c, fills, it);
   for (const ReaderStream& s : r.streams) it.reads.push_back(&s);
   items.push_back(std::move(it));
   return items;
