@@ -179,7 +179,7 @@ void RuntimeCore::commit(SessionState& s, Generation& g) {
   }
   if (generated.empty() || generated.back() != layout->end_id()) tail.push_back(layout->end_id());
   tail.insert(tail.end(), layout->newline().begin(), layout->newline().end());
-  engine->append(s.context, tail);
+  engine->append(s.context, tail, g.reader.index);  // the rest of the agent's turn
 }
 
 // Ends one generation in its session: appended (or its private rows dropped), the agent free.

@@ -88,14 +88,16 @@ std::vector<std::string> Session::agents() const {
 
 namespace {
 
-void append_checked(RuntimeCore& core, SessionState& s, int64_t id, const std::vector<int32_t>& tokens) {
+// `author`: the agent whose turn the tokens are (the writer author lets it write their rows).
+void append_checked(RuntimeCore& core, SessionState& s, int64_t id, const std::vector<int32_t>& tokens,
+                    std::optional<int32_t> author = std::nullopt) {
   const auto total = static_cast<int64_t>(core.engine->context_tokens(s.context).size() + tokens.size());
   if (total > core.engine->context_limit(s.context)) {
     throw ContextLengthError("session " + std::to_string(id) + " would exceed the model's context",
                              {"", "append", "at most " + std::to_string(core.engine->context_limit(s.context)) + " tokens",
                               std::to_string(total) + " tokens", "start a new session, or append less"});
   }
-  core.engine->append(s.context, tokens);
+  core.engine->append(s.context, tokens, author);
 }
 
 }  // namespace
@@ -104,7 +106,11 @@ void Session::append(const std::string& role, const std::string& text) {
   core_->scheduler->call(
       [this, &role, &text] {
         SessionState& s = core_->session(id_, "Session::append");
-        append_checked(*core_, s, id_, core_->layout->turn(role, text));
+        // An agent's role is its turn name: a turn in an agent's role is its turn, written as text.
+        const auto agent = s.agents.find(role);
+        const std::optional<int32_t> author =
+            agent != s.agents.end() ? std::optional<int32_t>(agent->second.reader.index) : std::nullopt;
+        append_checked(*core_, s, id_, core_->layout->turn(role, text), author);
       },
       "Session::append");
 }

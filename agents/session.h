@@ -8,10 +8,11 @@
 // and the three become shared text when the reply ends (an unfinished turn is closed with
 // <|im_end|>). An agent's instruction, when it has one, runs before its header as a private
 // system turn and is never appended.
-// Commit: in `full`, and `full_shared` with writer `first`, an agent's reply rows become the
-// trajectory's rows as they are (no reprocessing) when nothing was appended since the reply
-// began and the agent has no instruction; otherwise, and in the residual modes, the reply is
-// processed again as appended text by the next reader (docs/sharing_modes.md, "Commit").
+// Commit: in `full`, and `full_shared` with writer `first` or `author`, an agent's reply rows
+// become the trajectory's rows as they are (no reprocessing) when nothing was appended since
+// the reply began and the agent has no instruction; otherwise, and in the residual modes, the
+// reply is processed again as appended text: by the next reader (writer `first`), the base
+// model (`base`) or the agent itself (`author`) (docs/sharing_modes.md, "Commit").
 //
 // Threading: every method may be called from any thread; calls on one session take effect
 // in the order they reach the engine thread. Blocking methods throw DeadlockError when
@@ -50,7 +51,8 @@ class Session {
 
   // Appends a whole turn ("user", "tool", "system", or an agent's name) to the trajectory.
   // The text is content: special-token spellings in it ("<|im_end|>") are plain text, so
-  // untrusted text cannot end its turn or open another.
+  // untrusted text cannot end its turn or open another. A turn in an agent's name is that
+  // agent's turn: with writer `author` the agent writes its rows, as for its replies.
   void append(const std::string& role, const std::string& text);
   // Appends text as it is, special tokens written in it parsed: the raw entry, for callers
   // that write the layout themselves (never for untrusted text).

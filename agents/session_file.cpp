@@ -84,6 +84,20 @@ struct Encoder {
     put(o, "writers", numbers(index));
   }
 
+  // Per-position identities (a sequence's writers, a trajectory's authors) with their table.
+  static JsonValue identities(const std::vector<AdapterIdentity>& per_position) {
+    JsonObject o;
+    std::vector<AdapterIdentity> table;
+    writers(o, per_position, table);
+    put(o, "writer_table", table_json(table));
+    return JsonValue::make_object(std::move(o));
+  }
+  static JsonValue table_json(const std::vector<AdapterIdentity>& table) {
+    std::vector<JsonValue> ids;
+    for (const AdapterIdentity& w : table) ids.push_back(text(w.hex()));
+    return JsonValue::make_array(std::move(ids));
+  }
+
   JsonValue sequence(const std::string& prefix, const runtime::SequenceRows& rows) {
     JsonObject o;
     std::vector<AdapterIdentity> table;
@@ -119,9 +133,7 @@ struct Encoder {
       residuals.push_back(JsonValue::make_object(std::move(ro)));
     }
     put(o, "residuals", JsonValue::make_array(std::move(residuals)));
-    std::vector<JsonValue> ids;
-    for (const AdapterIdentity& w : table) ids.push_back(text(w.hex()));
-    put(o, "writer_table", JsonValue::make_array(std::move(ids)));
+    put(o, "writer_table", table_json(table));
     return JsonValue::make_object(std::move(o));
   }
 };
@@ -190,10 +202,16 @@ struct Decoder {
 
   // `layers`: K and V tensors of a sequence without lanes; `with_lanes`: the sequence must
   // have lanes (a file with an eviction policy), and then has a K and V per lane.
-  runtime::SequenceRows sequence(const std::string& prefix, const JsonValue& o, int64_t layers, bool with_lanes) const {
-    runtime::SequenceRows rows;
+  std::vector<AdapterIdentity> writer_table(const JsonValue& o) const {
     std::vector<AdapterIdentity> table;
     for (const JsonValue& w : o.at("writer_table").as_array()) table.push_back(identity(w, w.path()));
+    return table;
+  }
+  std::vector<AdapterIdentity> identities(const JsonValue& o) const { return writers(o, writer_table(o), *this); }
+
+  runtime::SequenceRows sequence(const std::string& prefix, const JsonValue& o, int64_t layers, bool with_lanes) const {
+    runtime::SequenceRows rows;
+    const std::vector<AdapterIdentity> table = writer_table(o);
     rows.key = key(o.at("key"));
     for (const JsonValue& t : o.at("tokens").as_array()) rows.tokens.push_back(static_cast<int32_t>(t.as_int()));
     rows.writers = writers(o, table, *this);
@@ -251,17 +269,22 @@ std::vector<uint8_t> encode_session(const SessionFile& f) {
   Encoder enc;
   JsonObject header;
   // The oldest version that holds the session, so older readers take what they can: 1 when
-  // there is nothing to evict, 2 with eviction, 3 with int8 rows, 4 with keys before RoPE.
+  // there is nothing to evict, 2 with eviction, 3 with int8 rows, 4 with keys before RoPE,
+  // 5 with writer author.
   const bool evicts = f.options.eviction.enabled();
   const auto int8 = [](const std::optional<runtime::SequenceRows>& s) { return s && !s->k_scale.empty(); };
   bool any_int8 = int8(f.rows.shared);
   for (const auto& own : f.rows.own) any_int8 = any_int8 || int8(own);
   const bool before_rope = f.rows.keys_before_rope;
+  const bool authors = f.options.writer == runtime::SharedWriter::kAuthor;
   put(header, "format", text(kFormat));
-  put(header, "version", number(before_rope ? kSessionFormatVersion
-                                : any_int8  ? kSessionFormatVersionWithInt8
-                                : evicts    ? kSessionFormatVersionWithEviction
-                                            : kSessionFormatVersionWithoutEviction));
+  put(header, "version", number(authors       ? kSessionFormatVersionWithAuthors
+                                : before_rope ? kSessionFormatVersionWithKeysBeforeRope
+                                : any_int8    ? kSessionFormatVersionWithInt8
+                                : evicts      ? kSessionFormatVersionWithEviction
+                                              : kSessionFormatVersionWithoutEviction));
+  // Version 5: the tokens' authors. An older reader refuses the version (and the writer).
+  if (authors) put(header, "authors", Encoder::identities(f.rows.authors));
   // Version 4: keys before RoPE. An older reader refuses the version rather than taking
   // unrotated keys for rotated ones.
   if (before_rope) put(header, "keys_before_rope", JsonValue::make_bool(true));
@@ -274,7 +297,7 @@ std::vector<uint8_t> encode_session(const SessionFile& f) {
   put(options, "reserve_tokens", number(f.options.reserve_tokens));
   put(options, "reserve_reply_tokens", number(f.options.reserve_reply_tokens));
   put(header, "options", JsonValue::make_object(std::move(options)));
-  if (evicts || any_int8 || before_rope) put(header, "eviction", eviction_json(f.options.eviction));  // versions 2 to 4 have it
+  if (evicts || any_int8 || before_rope || authors) put(header, "eviction", eviction_json(f.options.eviction));  // versions 2 to 5 have it
   std::vector<JsonValue> agents;
   for (const SavedAgent& a : f.agents) {
     JsonObject o;
@@ -350,14 +373,27 @@ SessionFile read_session(const std::string& path) {
                           d.identity(a.at("adapter_sha256"), a.at("adapter_sha256").path())});
     }
     f.rows.options = {*mode, *writer, f.options.eviction};
-    // Version 4: keys before RoPE; required there, unknown before.
-    if (version >= 4) {
+    // Version 5: writer author and the tokens' authors, one per token; unknown before.
+    if (*writer == runtime::SharedWriter::kAuthor && version < kSessionFormatVersionWithAuthors) {
+      d.fail("writer author in a file of version " + std::to_string(version) + " (it came with version 5)", "options.writer");
+    }
+    if (h.contains("authors") != (*writer == runtime::SharedWriter::kAuthor)) {
+      d.fail(h.contains("authors") ? "authors in a session whose writer is not author" : "writer author without the tokens' authors",
+             "authors");
+    }
+    // Version 4: keys before RoPE; required there, optional after, unknown before.
+    if (version == kSessionFormatVersionWithKeysBeforeRope ||
+        (version > kSessionFormatVersionWithKeysBeforeRope && h.contains("keys_before_rope"))) {
       f.rows.keys_before_rope = h.at("keys_before_rope").as_bool();
     } else if (h.contains("keys_before_rope")) {
       d.fail("keys before RoPE in a file of version " + std::to_string(version) + " (they came with version 4)",
              "keys_before_rope");
     }
     for (const JsonValue& t : h.at("tokens").as_array()) f.rows.tokens.push_back(static_cast<int32_t>(t.as_int()));
+    if (h.contains("authors")) {
+      f.rows.authors = d.identities(h.at("authors"));
+      if (f.rows.authors.size() != f.rows.tokens.size()) d.fail("authors and tokens differ in number", "authors");
+    }
     const int64_t layers = h.at("layers").as_int();
     if (!h.at("shared").is_null()) f.rows.shared = d.sequence("shared", h.at("shared"), layers, with_lanes);
     const std::vector<JsonValue>& own = h.at("own").as_array();

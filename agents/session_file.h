@@ -8,7 +8,9 @@
 // sequence its rows lane by lane with their positions, masks and scores. A session without
 // a policy is written as version 1, which older readers take. Version 3 adds int8 base rows:
 // "<seq>.ks.<i>" and "<seq>.vs.<i>" hold their float32 scales. Version 4 adds base keys
-// stored before RoPE (a rerotating engine): "keys_before_rope": true. Every version is read.
+// stored before RoPE (a rerotating engine): "keys_before_rope": true. Version 5 adds, for a
+// session with writer `author`, "authors": each token's author (runtime::ContextRows::authors)
+// as indices into its own "writer_table". Every version is read.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +25,11 @@ namespace lorakv::agents {
 
 // The newest version read and written. Version 1 has no eviction section (policy none),
 // version 2 adds it, version 3 adds int8 rows with their scales, version 4 keys stored
-// before RoPE. A file is written in the oldest version that holds it.
-inline constexpr int64_t kSessionFormatVersion = 4;
+// before RoPE, version 5 the writer `author` with the tokens' authors. A file is written in
+// the oldest version that holds it.
+inline constexpr int64_t kSessionFormatVersion = 5;
+inline constexpr int64_t kSessionFormatVersionWithAuthors = 5;
+inline constexpr int64_t kSessionFormatVersionWithKeysBeforeRope = 4;
 inline constexpr int64_t kSessionFormatVersionWithInt8 = 3;
 inline constexpr int64_t kSessionFormatVersionWithEviction = 2;
 inline constexpr int64_t kSessionFormatVersionWithoutEviction = 1;

@@ -42,7 +42,7 @@ flags:
   --api-key KEY           require "Authorization: Bearer KEY" (also LORAKV_API_KEY)
   --model-name NAME       the base model's id (default: the model file's name, no suffix)
   --cache-mode MODE       full, full_shared, base_shared or base_lr_shared (default full)
-  --cache-writer W        first or base (default first)
+  --cache-writer W        first, base or author (default first)
   --metrics               serve GET /metrics (Prometheus text)
   --max-tokens N          most tokens a request may ask for, and a chat request's default
   --max-running N         requests answered at once; more get 429

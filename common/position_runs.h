@@ -104,6 +104,13 @@ class PositionRuns {
     return out;
   }
   std::vector<T> expand() const { return slice(0, size_); }
+  // Positions [0, n) as runs.
+  PositionRuns prefix(int64_t n) const {
+    LORAKV_ASSERT(0 <= n && n <= size_, "prefix of " << n << " of " << size_);
+    PositionRuns out;
+    for (int64_t p = 0; p < n; p = run_end(p, n)) out.append(run_end(p, n) - p, (*this)[p]);
+    return out;
+  }
 
   int64_t host_bytes() const {
     return static_cast<int64_t>(starts_.capacity() * sizeof(int64_t) + values_.capacity() * sizeof(T));

@@ -297,7 +297,7 @@ ContextId Engine::fork_context(ContextId source) {
   return id;
 }
 
-void Engine::append(ContextId context, const std::vector<int32_t>& tokens) {
+void Engine::append(ContextId context, const std::vector<int32_t>& tokens, std::optional<int32_t> author) {
   ContextState& c = state_->context(context);
   const int64_t vocab = model_.config().vocab_size;
   for (int32_t t : tokens) {
@@ -306,7 +306,10 @@ void Engine::append(ContextId context, const std::vector<int32_t>& tokens) {
                                                   "0.." + std::to_string(vocab - 1), std::to_string(t), ""});
     }
   }
+  // The author's identity as it reads the context (throws for an unknown reader or one that left).
+  const AdapterIdentity by = author ? state_->reader({context, *author}).context_identity() : AdapterIdentity::base_model();
   c.tokens.insert(c.tokens.end(), tokens.begin(), tokens.end());
+  c.authors.append(static_cast<int64_t>(tokens.size()), by);
   c.output_tokens = 0;
 }
 
@@ -340,6 +343,7 @@ int64_t Engine::commit_private(ReaderRef reader) {
   const SeqId target = adoption_target(*cache_, c, r);
   if (target.valid() && cache_->adopt_suffix(target, r.private_seq)) {
     c.tokens.insert(c.tokens.end(), tokens.begin(), tokens.end());
+    c.authors.append(static_cast<int64_t>(tokens.size()), r.context_identity());
     c.output_tokens = output_tokens;
     r.private_seq = SeqId();  // released by adopt_suffix
     r.private_tokens.clear();
@@ -349,7 +353,7 @@ int64_t Engine::commit_private(ReaderRef reader) {
     return static_cast<int64_t>(tokens.size());
   }
   drop_private(reader);
-  append(reader.context, tokens);
+  append(reader.context, tokens, reader.index);
   c.output_tokens = output_tokens;  // append starts a new run of text; this one is a reply
   return static_cast<int64_t>(tokens.size());
 }

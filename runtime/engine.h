@@ -223,6 +223,10 @@ struct SequenceRows {
 struct ContextRows {
   ContextOptions options;
   std::vector<int32_t> tokens;
+  // Per token, the identity its author read the context with (base_model() for text no agent
+  // wrote; ContextState::authors); empty: every token text. Import takes them as they are: a
+  // restored agent with the same adapter is the author again.
+  std::vector<AdapterIdentity> authors;
   // Base keys stored before RoPE (a rerotating engine, EngineOptions::rerotate): only an
   // engine that stores them alike can take them back.
   bool keys_before_rope = false;
@@ -297,9 +301,11 @@ class Engine {
   ContextId import_context(const ContextRows& rows,
                            const std::vector<std::shared_ptr<const adapters::Adapter>>& readers);
 
-  // Appends tokens to the context; nobody has processed them yet. Throws ConfigError for
-  // token ids outside the vocabulary.
-  void append(ContextId context, const std::vector<int32_t>& tokens);
+  // Appends tokens to the context; nobody has processed them yet. `author`: the reader
+  // whose agent wrote them (its turn, appended as text), which writer `author` lets write
+  // their rows; none for text no agent wrote. Throws ConfigError for token ids outside the
+  // vocabulary, or an author that is not a reader of the context (or has left).
+  void append(ContextId context, const std::vector<int32_t>& tokens, std::optional<int32_t> author = std::nullopt);
 
   // Runs one batched step. Throws ConfigError, before anything changes, for work the state
   // does not allow (private work for a reader that has neither processed the context nor
@@ -319,12 +325,12 @@ class Engine {
 
   // The reader's private tokens (instruction, reply so far), in order.
   const std::vector<int32_t>& private_tokens(ReaderRef reader) const;
-  // Appends the reader's private tokens to the context. Where its private rows equal the
-  // rows the context keeps for those tokens (`full`: the reader's own rows; `full_shared`
-  // with writer `first`), and nothing was appended since its reply began, the rows are
-  // adopted (copied over, not recomputed); otherwise they are dropped and the context's
-  // writer processes the tokens like any appended text (docs/sharing_modes.md, "Commit").
-  // Returns how many tokens were appended.
+  // Appends the reader's private tokens to the context, the reader as their author. Where
+  // its private rows equal the rows the context keeps for those tokens (`full`: the
+  // reader's own rows; `full_shared` with writer `first` or `author`), and nothing was
+  // appended since its reply began, the rows are adopted (copied over, not recomputed);
+  // otherwise they are dropped and the context's writer processes the tokens like any
+  // appended text (docs/sharing_modes.md, "Commit"). Returns how many tokens were appended.
   int64_t commit_private(ReaderRef reader);
   // Commits so far whose private rows were adopted.
   int64_t adopted_commits() const;

@@ -192,6 +192,7 @@ ContextRows Engine::export_context(ContextId context, const std::vector<int32_t>
   ContextRows out;
   out.options = c.options;
   out.tokens = c.tokens;
+  out.authors = c.authors.expand();
   out.keys_before_rope = options_.rerotate;
   for (const ReaderState& r : c.readers) {
     if (r.private_seq.valid()) {
@@ -214,6 +215,10 @@ ContextId Engine::import_context(const ContextRows& rows,
                       {"", "readers", std::to_string(rows.own.size()), std::to_string(readers.size())});
   }
   const auto has_lanes = [](const std::optional<SequenceRows>& s) { return s && !s->lanes.empty(); };
+  if (!rows.authors.empty() && rows.authors.size() != rows.tokens.size()) {
+    throw ConfigError("saved authors cover another number of tokens than the trajectory",
+                      {"", "authors", std::to_string(rows.tokens.size()), std::to_string(rows.authors.size())});
+  }
   check_key_frame(options_.rerotate, rows.keys_before_rope);
   check_dtypes(cache_->manager().config(), rows.shared);
   for (const std::optional<SequenceRows>& own : rows.own) check_dtypes(cache_->manager().config(), own);
@@ -226,6 +231,7 @@ ContextId Engine::import_context(const ContextRows& rows,
   const ContextId id = create_context(rows.options, readers);
   ContextState& c = state_->context(id);
   append(id, rows.tokens);
+  if (!rows.authors.empty()) c.authors = cache::WriterRuns::from(rows.authors);
   // The sequences of the context: the shared one, then each reader's own.
   std::vector<std::pair<const std::optional<SequenceRows>*, SeqId*>> seqs = {{&rows.shared, &c.shared_seq}};
   for (size_t i = 0; i < readers.size(); ++i) seqs.push_back({&rows.own[i], &c.readers[i].own_seq});

@@ -40,7 +40,6 @@ struct ReaderState {
   AdapterIdentity identity;                          // base_model() for the base model
   SeqId own_seq;                  // full mode: the reader's own rows of the context
   std::vector<ReaderStream> streams;  // residual modes: the streams it reads (v first, then k)
-  bool streams_attached = false;
   // Private rows: a suffix sequence whose rows follow the context's first `private_after`
   // tokens; the reader sees only those while it holds private rows.
   SeqId private_seq;
@@ -63,6 +62,10 @@ struct ReaderState {
 struct ContextState {
   ContextOptions options;
   std::vector<int32_t> tokens;  // the trajectory
+  // Per token, who wrote its text (writer author): the identity its author agent reads the
+  // context with (ReaderState::context_identity; an aLoRA agent's is the base model's), or
+  // base_model() for text no agent wrote. Kept in every mode (a few runs: one per turn).
+  cache::WriterRuns authors;
   int64_t output_tokens = 0;    // of those, the newest that came from replies (commit_private) since the last append
   SeqId shared_seq;             // every mode but full; created when first processed
   std::vector<ReaderState> readers;

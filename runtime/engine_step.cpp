@@ -33,13 +33,13 @@ std::vector<int32_t> matchable_tokens(const ContextState& c) {
 // The indexed rows a new sequence adopts: the same tokens and key, every row by its writer.
 cache::PrefixMatch match_for(const cache::PagedKvCache& cache, const NewSequence& want,
                              const std::vector<int32_t>& tokens) {
-  return cache.match_prefix(want.key, tokens, cache::WriterRuns::filled(static_cast<int64_t>(tokens.size()), want.writer));
+  return cache.match_prefix(want.key, tokens, want.writers.prefix(static_cast<int64_t>(tokens.size())));
 }
 
 // Identical prefixes in one step: the work entry of `written` (sequences that admitted
 // entries of this step reserve rows in, with their entry) whose pending rows `tokens` could
 // adopt beyond the `matched` tokens the index already holds (same key and tokens, every row
-// by want.writer, as match_for will ask next step), if any. Those rows enter the
+// by its writer in want.writers, as match_for will ask next step), if any. Those rows enter the
 // index when the step commits; the entry waits for them (deferred) instead of computing
 // them again.
 std::optional<size_t> entry_writing_prefix(const cache::PagedKvCache& cache, const NewSequence& want,
@@ -55,7 +55,7 @@ std::optional<size_t> entry_writing_prefix(const cache::PagedKvCache& cache, con
       common += bs;
     }
     if (common == matched) continue;
-    if (s.writers[matched] == want.writer && s.writers.run_end(matched, common) == common) return entry;
+    if (s.writers.slice(matched, common) == want.writers.slice(matched, common)) return entry;
   }
   return std::nullopt;
 }
@@ -72,10 +72,12 @@ int64_t prepare_rows(cache::PagedKvCache& cache, Engine::State& st, ContextState
     cache.create_sequence(*fresh->slot, fresh->key, match);
     hits = match.num_tokens;
   }
-  for (const ReaderStream& s : streams_to_fill(c, r)) {  // none in full and full_shared
-    if (cache.manager().sequence(c.shared_seq).find_residual(s.key) != nullptr) continue;
-    const int64_t rows = rows_of(cache, c.shared_seq);
-    cache.attach_residual(c.shared_seq, s.key, s.ranks, cache::WriterRuns::filled(rows, residual_writer(c.options, r)));
+  for (const ReaderState* filler : stream_fillers(cache, c, r)) {
+    for (const ReaderStream& s : streams_to_fill(c, *filler)) {  // none in full and full_shared
+      if (cache.manager().sequence(c.shared_seq).find_residual(s.key) != nullptr) continue;
+      const int64_t rows = rows_of(cache, c.shared_seq);
+      cache.attach_residual(c.shared_seq, s.key, s.ranks, residual_writers(c, *filler, rows));
+    }
   }
   return hits;
 }

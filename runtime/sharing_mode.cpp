@@ -16,7 +16,14 @@ const char* sharing_mode_name(SharingMode mode) {
   return "?";
 }
 
-const char* shared_writer_name(SharedWriter writer) { return writer == SharedWriter::kFirst ? "first" : "base"; }
+const char* shared_writer_name(SharedWriter writer) {
+  switch (writer) {
+    case SharedWriter::kFirst: return "first";
+    case SharedWriter::kBase: return "base";
+    case SharedWriter::kAuthor: return "author";
+  }
+  return "?";
+}
 
 std::optional<SharingMode> parse_sharing_mode(const std::string& text) {
   for (SharingMode m : {SharingMode::kFull, SharingMode::kFullShared, SharingMode::kBaseShared, SharingMode::kBaseLrShared}) {
@@ -26,8 +33,9 @@ std::optional<SharingMode> parse_sharing_mode(const std::string& text) {
 }
 
 std::optional<SharedWriter> parse_shared_writer(const std::string& text) {
-  if (text == "first") return SharedWriter::kFirst;
-  if (text == "base") return SharedWriter::kBase;
+  for (SharedWriter w : {SharedWriter::kFirst, SharedWriter::kBase, SharedWriter::kAuthor}) {
+    if (text == shared_writer_name(w)) return w;
+  }
   return std::nullopt;
 }
 

@@ -9,7 +9,9 @@
 //   base_lr_shared  one base row and one C = X_w A per shared-A group: reader i reads
 //                   V = V_base + C_v B_v,i, K = K_base + R_p C_k B_k,i
 // Writer `first`: the reader that first processes a token writes its shared rows; `base`:
-// the base model without adapters processes every appended token and writes them.
+// the base model without adapters processes every appended token and writes them;
+// `author`: each agent's turn is written by its author, from the author's hidden states,
+// and text no agent wrote (system, user, tool turns) by the base model.
 // Torch-free.
 #pragma once
 
@@ -24,10 +26,10 @@
 namespace lorakv::runtime {
 
 enum class SharingMode { kFull, kFullShared, kBaseShared, kBaseLrShared };
-enum class SharedWriter { kFirst, kBase };
+enum class SharedWriter { kFirst, kBase, kAuthor };
 
 const char* sharing_mode_name(SharingMode mode);  // "full", "full_shared", "base_shared", "base_lr_shared"
-const char* shared_writer_name(SharedWriter writer);  // "first", "base"
+const char* shared_writer_name(SharedWriter writer);  // "first", "base", "author"
 std::optional<SharingMode> parse_sharing_mode(const std::string& text);
 std::optional<SharedWriter> parse_shared_writer(const std::string& text);
 

@@ -2,6 +2,7 @@
 #include "lorakv/runtime/sharing_rules.h"
 
 #include <algorithm>
+#include <map>
 
 #include "lorakv/common/sha256.h"
 
@@ -76,14 +77,47 @@ cache::ContentKey private_key(const ReaderState& reader, cache::StorageDtype dty
   return cache::ContentKey::base_with_adapter(dtype, reader.identity);
 }
 
-AdapterIdentity context_writer(const ContextOptions& options, const ReaderState& reader) {
-  if (options.mode != SharingMode::kFull && options.writer == SharedWriter::kBase) return AdapterIdentity::base_model();
-  return reader.context_identity();
+const ReaderState* writing_author(const ContextState& c, const AdapterIdentity& author, const ReaderState* prefer) {
+  if (author == AdapterIdentity::base_model()) return nullptr;
+  const auto writes = [&](const ReaderState& r) {
+    return !r.left && r.context_adapter() != nullptr && r.context_identity() == author;
+  };
+  if (prefer != nullptr && writes(*prefer)) return prefer;
+  for (const ReaderState& r : c.readers) {
+    if (writes(r)) return &r;
+  }
+  return nullptr;
 }
 
-AdapterIdentity residual_writer(const ContextOptions& options, const ReaderState& reader) {
-  if (options.mode == SharingMode::kBaseShared) return reader.identity;  // C_i = X_i A_i, always its own
-  return context_writer(options, reader);                                // C = X_w A, beside the base rows
+namespace {
+
+// Writer author: each token's writer, the author's identity or the base model's.
+cache::WriterRuns author_writers(const ContextState& c, int64_t n) {
+  cache::WriterRuns out;
+  for (int64_t p = 0; p < n;) {
+    const int64_t end = c.authors.run_end(p, n);
+    const ReaderState* w = writing_author(c, c.authors[p]);
+    out.append(end - p, w != nullptr ? w->context_identity() : AdapterIdentity::base_model());
+    p = end;
+  }
+  return out;
+}
+
+}  // namespace
+
+cache::WriterRuns context_writers(const ContextState& c, const ReaderState& reader, int64_t n) {
+  if (c.options.mode == SharingMode::kFull) return cache::WriterRuns::filled(n, reader.context_identity());
+  switch (c.options.writer) {
+    case SharedWriter::kBase: return cache::WriterRuns::filled(n, AdapterIdentity::base_model());
+    case SharedWriter::kAuthor: return author_writers(c, n);
+    case SharedWriter::kFirst: break;
+  }
+  return cache::WriterRuns::filled(n, reader.context_identity());
+}
+
+cache::WriterRuns residual_writers(const ContextState& c, const ReaderState& filler, int64_t n) {
+  if (c.options.mode == SharingMode::kBaseShared) return cache::WriterRuns::filled(n, filler.identity);  // C_i = X_i A_i
+  return context_writers(c, filler, n);  // C = X_w A, beside the base rows
 }
 
 void add_reader_streams(const ModelConfig& model, cache::StorageDtype residual_dtype, ContextState& c, ReaderState& r) {
@@ -117,6 +151,18 @@ const std::vector<ReaderStream>& streams_to_fill(const ContextState& c, const Re
   return c.options.mode == SharingMode::kBaseLrShared ? c.group_streams : r.streams;
 }
 
+std::vector<const ReaderState*> stream_fillers(const cache::PagedKvCache& cache, const ContextState& c,
+                                               const ReaderState& r) {
+  std::vector<const ReaderState*> out{&r};
+  if (c.options.writer != SharedWriter::kAuthor || !mode_keeps_residuals(c.options.mode)) return out;
+  const auto n = static_cast<int64_t>(c.tokens.size());
+  for (int64_t p = rows_of(cache, c.shared_seq); p < n; p = c.authors.run_end(p, n)) {
+    const ReaderState* w = writing_author(c, c.authors[p]);
+    if (w != nullptr && std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  }
+  return out;
+}
+
 SeqId context_rows(const ContextState& c, const ReaderState& r) {
   return c.options.mode == SharingMode::kFull ? r.own_seq : c.shared_seq;
 }
@@ -148,12 +194,13 @@ int64_t pending_tokens(const cache::PagedKvCache& cache, const ContextState& c, 
 }
 
 std::optional<NewSequence> sequence_to_create(cache::StorageDtype dtype, ContextState& c, ReaderState& r) {
+  const auto n = static_cast<int64_t>(c.tokens.size());
   if (c.options.mode == SharingMode::kFull) {
     if (r.own_seq.valid()) return std::nullopt;
-    return NewSequence{&r.own_seq, own_base_key(r, dtype), context_writer(c.options, r)};
+    return NewSequence{&r.own_seq, own_base_key(r, dtype), context_writers(c, r, n)};
   }
   if (c.shared_seq.valid()) return std::nullopt;
-  return NewSequence{&c.shared_seq, shared_base_key(c.options.mode, dtype), context_writer(c.options, r)};
+  return NewSequence{&c.shared_seq, shared_base_key(c.options.mode, dtype), context_writers(c, r, n)};
 }
 
 namespace {
@@ -208,6 +255,71 @@ std::optional<Item> base_writer_item(const cache::PagedKvCache& cache, const Con
   return it;
 }
 
+// Writer author: the context's unwritten tokens run by run, each by its writer
+// (writing_author; the base model for text), which writes the shared rows and fills its
+// streams_to_fill (base_lr_shared: the shared C; base_shared: its own C_i, from where it
+// lags), reading with its own streams; then, in base_shared, the reader fills its own C_i up
+// to the rows written. Items of one step see each other's rows (each layer writes every
+// item's rows before any attends), so one step may hold several runs, `chunk` tokens in all.
+std::vector<Item> plan_author_work(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r,
+                                   size_t work, int64_t chunk, bool all_logits) {
+  const auto n = static_cast<int64_t>(c.tokens.size());
+  std::map<cache::ContentKey, int64_t> planned;  // streams' coverage once the items planned so far ran
+  const auto covered = [&](const ReaderStream& s) {
+    const auto found = planned.find(s.key);
+    return found != planned.end() ? found->second : coverage(cache, c.shared_seq, s);
+  };
+  const auto fill = [&](const std::vector<ReaderStream>& streams, Item& it) {
+    for (const ReaderStream& s : streams) {
+      const int64_t from = covered(s);
+      if (from >= it.end) continue;
+      it.fills.push_back({&s, from});
+      planned[s.key] = it.end;
+    }
+  };
+  const bool group_c = c.options.mode == SharingMode::kBaseLrShared;
+  static const std::vector<ReaderStream> kNoStreams;
+  int64_t w = rows_of(cache, c.shared_seq);  // the shared rows' end once the items planned so far ran
+  int64_t pos = w;                           // the shared C may lag them (see base_writer_item)
+  if (group_c) {
+    for (const ReaderStream& s : c.group_streams) pos = std::min(pos, covered(s));
+  }
+  std::vector<Item> items;
+  for (int64_t budget = chunk; pos < n && budget > 0;) {
+    const int64_t run_end = c.authors.run_end(pos, n);
+    const ReaderState* writer = writing_author(c, c.authors[pos], &r);
+    const std::vector<ReaderStream>& fills =
+        writer != nullptr ? streams_to_fill(c, *writer) : (group_c ? c.group_streams : kNoStreams);
+    int64_t start = pos;
+    for (const ReaderStream& s : fills) start = std::min(start, covered(s));
+    const int64_t end = std::min(run_end, start + budget);
+    const bool mine = writer == &r;
+    Item it = context_item(c, mine ? work : kNoWork, mine && all_logits, writer ? writer->context_adapter() : nullptr,
+                           writer ? writer->context_identity() : AdapterIdentity::base_model(), start, end);
+    it.write_seq = it.read_seq = c.shared_seq;
+    if (w < end) it.base_from = w;
+    fill(fills, it);
+    if (writer != nullptr) {
+      for (const ReaderStream& s : writer->streams) it.reads.push_back(&s);
+    }
+    items.push_back(std::move(it));
+    budget -= end - start;
+    w = std::max(w, end);
+    pos = end;
+    if (end < run_end) break;
+  }
+  if (c.options.mode != SharingMode::kBaseShared) return items;
+  int64_t start = w;
+  for (const ReaderStream& s : r.streams) start = std::min(start, covered(s));
+  if (start >= w) return items;
+  Item it = context_item(c, work, all_logits, r.context_adapter(), r.context_identity(), start, std::min(w, start + chunk));
+  it.write_seq = it.read_seq = c.shared_seq;
+  fill(r.streams, it);
+  for (const ReaderStream& s : r.streams) it.reads.push_back(&s);
+  items.push_back(std::move(it));
+  return items;
+}
+
 }  // namespace
 
 std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r,
@@ -222,6 +334,7 @@ std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const Cont
     it.base_from = w;
     return {it};
   }
+  if (c.options.writer == SharedWriter::kAuthor) return plan_author_work(cache, c, r, work, chunk, all_logits);
   std::vector<Item> items;
   const int64_t w = rows_of(cache, c.shared_seq);
   const std::vector<ReaderStream>& fills = streams_to_fill(c, r);
@@ -255,13 +368,14 @@ std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const Cont
 
 // The sequence whose rows the reader's private rows can become at commit: rows equal to
 // what processing the reply as context would write (docs/sharing_modes.md, "Commit"):
-// `full` (the reader's own rows) and `full_shared` with writer `first` (the shared rows are
-// whoever processes first's full rows). Only when nothing was appended since the reply began
-// and the rows before it are all there. Invalid otherwise: the reply is processed again.
+// `full` (the reader's own rows), `full_shared` with writer `first` (the shared rows are
+// whoever processes first's full rows) or `author` (its author's full rows). Only when
+// nothing was appended since the reply began and the rows before it are all there. Invalid
+// otherwise: the reply is processed again.
 SeqId adoption_target(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r) {
   SeqId target;
   if (c.options.mode == SharingMode::kFull) target = r.own_seq;
-  if (c.options.mode == SharingMode::kFullShared && c.options.writer == SharedWriter::kFirst) target = c.shared_seq;
+  if (c.options.mode == SharingMode::kFullShared && c.options.writer != SharedWriter::kBase) target = c.shared_seq;
   const auto n = static_cast<int64_t>(c.tokens.size());
   if (!target.valid() || !r.private_seq.valid() || r.private_after != n) return SeqId();
   // An aLoRA reader's private rows hold the adapter's K/V; its context rows are base rows.

@@ -21,14 +21,22 @@ cache::ContentKey shared_base_key(SharingMode mode, cache::StorageDtype dtype);
 cache::ContentKey own_base_key(const ReaderState& reader, cache::StorageDtype dtype);  // context rows (full)
 cache::ContentKey private_key(const ReaderState& reader, cache::StorageDtype dtype);   // private rows
 
-// Whose hidden states fill the context rows `reader` finds unprocessed, and so the only
-// writer whose indexed rows it may adopt instead (docs/sharing_modes.md, "Reuse"): its own in
-// `full`; the base model with writer `base`; with writer `first` the reader itself, the first
-// to process them (an aLoRA reader's context rows are the base model's).
-AdapterIdentity context_writer(const ContextOptions& options, const ReaderState& reader);
-// The same for the residual rows the reader fills: its own C_i in base_shared, the shared C
-// of base_lr_shared by the writer of the base rows beside it.
-AdapterIdentity residual_writer(const ContextOptions& options, const ReaderState& reader);
+// Whose hidden states fill the context rows `reader` finds unprocessed, position by
+// position over the context's first n tokens, and so the only writers whose indexed rows it
+// may adopt instead (docs/sharing_modes.md, "Reuse"): its own in `full`; the base model with
+// writer `base`; with writer `first` the reader itself, the first to process them (an aLoRA
+// reader's context rows are the base model's); with writer `author` each token's author
+// (writing_author), the base model for text.
+cache::WriterRuns context_writers(const ContextState& c, const ReaderState& reader, int64_t n);
+// The same for the residual rows `filler` fills: its own C_i in base_shared, the shared C
+// of base_lr_shared by the writers of the base rows beside it.
+cache::WriterRuns residual_writers(const ContextState& c, const ReaderState& filler, int64_t n);
+// Writer author: the reader that writes the rows of text authored by `author` (an identity
+// from ContextState::authors): a live reader reading the context with that identity; null
+// for the base model (text, an aLoRA author, or an author whose readers all left).
+// `prefer` is taken when it qualifies (a reader whose agent shares the author's adapter).
+const ReaderState* writing_author(const ContextState& c, const AdapterIdentity& author,
+                                  const ReaderState* prefer = nullptr);
 
 // Sets up the residual streams a new reader `r` of `c` reads (its own C_i in base_shared; the
 // context's shared-A group streams in base_lr_shared, added to c.group_streams when new),
@@ -36,6 +44,10 @@ AdapterIdentity residual_writer(const ContextOptions& options, const ReaderState
 void add_reader_streams(const ModelConfig& model, cache::StorageDtype residual_dtype, ContextState& c, ReaderState& r);
 // The streams a reader's processing fills: its own (base_shared) or the context's (base_lr_shared).
 const std::vector<ReaderStream>& streams_to_fill(const ContextState& c, const ReaderState& r);
+// The readers whose streams_to_fill a context work of `r` may fill, so they must exist in
+// the shared rows first: r, and with writer author the authors writing its pending tokens.
+std::vector<const ReaderState*> stream_fillers(const cache::PagedKvCache& cache, const ContextState& c,
+                                               const ReaderState& r);
 
 // The sequence holding the context rows `r` reads (its own rows in `full`, the shared rows
 // otherwise; invalid before its first work), and how many sets of base rows `c` keeps.
@@ -54,7 +66,7 @@ int64_t pending_tokens(const cache::PagedKvCache& cache, const ContextState& c, 
 struct NewSequence {
   SeqId* slot = nullptr;  // where its id goes (ReaderState::own_seq or ContextState::shared_seq)
   cache::ContentKey key;
-  AdapterIdentity writer;  // of every row it would write, and so of every row it may adopt
+  cache::WriterRuns writers;  // per context token: of every row it would write, and so of every row it may adopt
 };
 std::optional<NewSequence> sequence_to_create(cache::StorageDtype dtype, ContextState& c, ReaderState& r);
 

@@ -24,7 +24,7 @@ const std::vector<std::string>& cache_mode_names() {
 }
 
 const std::vector<std::string>& cache_writer_names() {
-  static const std::vector<std::string> names = {"first", "base"};
+  static const std::vector<std::string> names = {"first", "base", "author"};
   return names;
 }
 

@@ -46,7 +46,7 @@ struct AdapterSection {
 
 // The values of `cache.mode` and `cache.writer` (runtime/sharing_mode.h's names).
 const std::vector<std::string>& cache_mode_names();    // full, full_shared, base_shared, base_lr_shared
-const std::vector<std::string>& cache_writer_names();  // first, base
+const std::vector<std::string>& cache_writer_names();  // first, base, author
 
 struct CacheSection {
   std::string mode = "full";    // SessionOptions::mode

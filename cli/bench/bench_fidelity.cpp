@@ -82,7 +82,7 @@ struct FidelityTables {
 std::vector<Case> fidelity_cases(const std::vector<std::string>& sets) {
   std::vector<Case> cases;
   for (const std::string& set : sets) {
-    for (SharedWriter wr : {SharedWriter::kFirst, SharedWriter::kBase}) {
+    for (SharedWriter wr : {SharedWriter::kFirst, SharedWriter::kBase, SharedWriter::kAuthor}) {
       cases.push_back({set, {SharingMode::kFullShared, wr}});
       cases.push_back({set, {SharingMode::kBaseShared, wr}});
       if (set != "all_linear") cases.push_back({set, {SharingMode::kBaseLrShared, wr}});

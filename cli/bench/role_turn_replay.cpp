@@ -81,7 +81,7 @@ std::vector<TurnLogits> replay_turns(BenchWorkload& w, const std::vector<Adapter
       if (options.before_turn) options.before_turn(info, engine, ctx);
       out.push_back({info.role, info.ordinal, run_role_turn(engine, reader, info, along)});
       engine.commit_private(reader);
-      engine.append(ctx, newline);
+      engine.append(ctx, newline, info.reader);  // the rest of the agent's turn
     }
   }
   return out;

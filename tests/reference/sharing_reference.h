@@ -7,7 +7,9 @@
 //   base_shared     base rows R X_w W_k, X_w W_v from the writer, C = X_r A per reader
 //   base_lr_shared  base rows and one C = X_w A per module from the writer
 // and what each reader attends over (the shared rows plus C B with its own B, then its
-// private rows). The writer is the first processor (`first`) or the base model (`base`).
+// private rows). The writer is the first processor (`first`), the base model (`base`), or
+// each token's author (`author`: the committing reader for its reply, the base model for
+// appended text), which runs its turn by itself, in order, before the reader goes on.
 // Who processes what follows the engine's contract: a reader processes the context tokens
 // its mode needs from it (full, base_shared: all of them; the others: the ones nobody wrote),
 // private tokens are the reader's own full rows, and a commit appends them to the context
@@ -42,13 +44,18 @@ class SharingReference {
     inv_freq_ = at::pow(c_.rope_theta, i).reciprocal().to(at::kFloat);  // [D/2]
   }
 
-  void append(const std::vector<int32_t>& tokens) { tokens_.insert(tokens_.end(), tokens.begin(), tokens.end()); }
+  // `author`: the reader whose turn the tokens are, or kBaseActor for text.
+  void append(const std::vector<int32_t>& tokens, int author = kBaseActor) {
+    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+    authors_.insert(authors_.end(), tokens.size(), author);
+  }
 
   // What the mode needs from `reader` of the context; returns its logits for the tokens it
   // ran itself ([0, vocab] when it ran none).
   at::Tensor process(int reader) {
     const int64_t n = static_cast<int64_t>(tokens_.size());
     if (mode_ == SharingMode::kFull) return run(reader, own_[static_cast<size_t>(reader)].len, n, Target::kContext);
+    if (writer_ == SharedWriter::kAuthor) return process_by_authors(reader);
     if (writer_ == SharedWriter::kBase && shared_.len < n) run(kBaseActor, shared_.len, n, Target::kContext);
     int64_t start = writer_ == SharedWriter::kFirst ? shared_.len : n;
     if (mode_ == SharingMode::kBaseShared) {
@@ -84,17 +91,55 @@ class SharingReference {
     const auto n = static_cast<int64_t>(tokens_.size());
     Rows* target = nullptr;
     if (mode_ == SharingMode::kFull) target = &own_[static_cast<size_t>(reader)];
-    if (mode_ == SharingMode::kFullShared && writer_ == SharedWriter::kFirst) target = &shared_;
+    if (mode_ == SharingMode::kFullShared && writer_ != SharedWriter::kBase) target = &shared_;
     if (target != nullptr && p.len > 0 && priv_after_[static_cast<size_t>(reader)] == n && target->len == n) {
       for (int64_t l = 0; l < c_.num_layers; ++l) grow(*target, l, p.k[static_cast<size_t>(l)], p.v[static_cast<size_t>(l)]);
       target->len += p.len;
     }
-    append(priv_tokens_[reader]);
+    append(priv_tokens_[reader], reader);
     priv_tokens_[reader].clear();
     p = Rows();
   }
 
  private:
+  // Writer author: each run of tokens nobody wrote by its author (reader or base model),
+  // which writes the shared rows and fills the C it fills (its own in base_shared, from
+  // where it lags; the group's in base_lr_shared); then in base_shared the reader fills its
+  // own C. The reader's logits: those of its own runs and of its own C's fill.
+  at::Tensor process_by_authors(int reader) {
+    const auto n = static_cast<int64_t>(tokens_.size());
+    std::vector<at::Tensor> mine;
+    int64_t pos = shared_.len;
+    for (int module : kCached) {
+      if (mode_ == SharingMode::kBaseLrShared && group_adapts(module)) pos = std::min(pos, stream(kGroup, module).len);
+    }
+    while (pos < n) {
+      int64_t end = pos;
+      while (end < n && authors_[static_cast<size_t>(end)] == authors_[static_cast<size_t>(pos)]) ++end;
+      const int author = authors_[static_cast<size_t>(pos)];
+      const int actor = author >= 0 && !readers_[static_cast<size_t>(author)]->activated() ? author : kBaseActor;
+      int64_t start = pos;
+      for (int module : kCached) {
+        if (mode_ == SharingMode::kBaseShared && actor >= 0 && adapts(actor, module)) start = std::min(start, stream(actor, module).len);
+        if (mode_ == SharingMode::kBaseLrShared && group_adapts(module)) start = std::min(start, stream(kGroup, module).len);
+      }
+      writing_ = true;
+      const at::Tensor logits = run(actor, start, end, Target::kContext);
+      writing_ = false;
+      if (actor == reader) mine.push_back(logits);
+      pos = end;
+    }
+    int64_t start = n;
+    for (int module : kCached) {
+      if (mode_ == SharingMode::kBaseShared && adapts(reader, module)) start = std::min(start, stream(reader, module).len);
+    }
+    if (start < n) mine.push_back(run(reader, start, n, Target::kContext));
+    return mine.empty() ? at::empty({0, c_.vocab_size}) : at::cat(mine, 0);
+  }
+
+  // Whether `actor`'s context run writes the shared rows (and the group's C) nobody wrote yet.
+  bool writes_shared(int actor) const { return actor == kBaseActor || writer_ == SharedWriter::kFirst || writing_; }
+
   static constexpr int kBaseActor = -1;
   static constexpr int kGroup = -2;
   static constexpr int kCached[2] = {static_cast<int>(adapters::ModuleId::kV), static_cast<int>(adapters::ModuleId::kK)};
@@ -260,7 +305,7 @@ class SharingReference {
       return;
     }
     const int64_t w = shared_.len;
-    if (w < end && (actor == kBaseActor || writer_ == SharedWriter::kFirst)) {
+    if (w < end && writes_shared(actor)) {
       const int64_t off = w - start, n = end - w;
       if (residual_mode) {
         const at::Tensor pos = at::arange(w, end, at::kLong);
@@ -271,7 +316,7 @@ class SharingReference {
     }
     for (int module : kCached) {
       const bool group = mode_ == SharingMode::kBaseLrShared;
-      if (!residual_mode || (group && !(actor == kBaseActor || writer_ == SharedWriter::kFirst))) continue;
+      if (!residual_mode || (group && !writes_shared(actor))) continue;
       if (!group && (actor == kBaseActor || !adapts(actor, module))) continue;
       if (group && !group_adapts(module)) continue;
       Rows& s = stream(group ? kGroup : actor, module);
@@ -288,12 +333,11 @@ class SharingReference {
       own_[static_cast<size_t>(actor)].len = end;
       return;
     }
-    if (actor == kBaseActor || writer_ == SharedWriter::kFirst) shared_.len = std::max(shared_.len, end);
+    if (writes_shared(actor)) shared_.len = std::max(shared_.len, end);
     if (!residual_mode) return;
     for (auto& [key, s] : streams_) {
       const bool mine = key.first == (mode_ == SharingMode::kBaseLrShared ? kGroup : canonical(actor));
-      const bool writes = mode_ == SharingMode::kBaseShared ? actor != kBaseActor
-                                                              : (actor == kBaseActor || writer_ == SharedWriter::kFirst);
+      const bool writes = mode_ == SharingMode::kBaseShared ? actor != kBaseActor : writes_shared(actor);
       if (mine && writes) s.len = std::max(s.len, end);
     }
   }
@@ -304,6 +348,8 @@ class SharingReference {
   SharedWriter writer_;
   std::vector<const adapters::Adapter*> readers_;
   std::vector<int32_t> tokens_;
+  std::vector<int> authors_;  // per token: its author reader, or kBaseActor
+  bool writing_ = false;      // a writer author's run (process_by_authors)
   std::vector<Rows> own_;                      // full: per reader
   Rows shared_;                                // the other modes
   std::map<std::pair<int, int>, Rows> streams_;  // (reader or kGroup, module) -> C rows

@@ -223,8 +223,8 @@ class EngineModes : public EngineTest {
 
 TEST_F(EngineModes, EachModeAndWriterMatchesItsReference) {
   const std::vector<AdapterPtr> all_linear = role_set("all_linear"), shared_a = role_set("qv_shared_a");
-  for (SharedWriter w : {SharedWriter::kFirst, SharedWriter::kBase}) {
-    check_against_reference({SharingMode::kFull, w}, all_linear);
+  for (SharedWriter w : {SharedWriter::kFirst, SharedWriter::kBase, SharedWriter::kAuthor}) {
+    if (w != SharedWriter::kAuthor) check_against_reference({SharingMode::kFull, w}, all_linear);  // full has no writer
     check_against_reference({SharingMode::kFullShared, w}, all_linear);
     check_against_reference({SharingMode::kBaseShared, w}, all_linear);  // k and v residuals (K-LoRA)
     check_against_reference({SharingMode::kBaseShared, w}, shared_a);
