@@ -13,10 +13,28 @@
 
 #include "lorakv/agents/config/load_session_config.h"
 #include "lorakv/agents/configured_session.h"
+#include "lorakv/runtime/sharing_mode.h"
 #include "tests/agents/session_test_util.h"
 
 namespace lorakv::agents {
 namespace {
+
+// The config's mode and writer names are the engine's (runtime/sharing_mode.h): a name added
+// to one and not the other fails here, not at a user's `lorakv run`.
+TEST(ConfigNames, ModesAndWritersAreTheEnginesNames) {
+  std::vector<std::string> modes, writers;
+  for (runtime::SharingMode m : {runtime::SharingMode::kFull, runtime::SharingMode::kFullShared,
+                                 runtime::SharingMode::kBaseShared, runtime::SharingMode::kBaseLrShared}) {
+    modes.push_back(runtime::sharing_mode_name(m));
+  }
+  for (runtime::SharedWriter w : {runtime::SharedWriter::kFirst, runtime::SharedWriter::kBase, runtime::SharedWriter::kAuthor}) {
+    writers.push_back(runtime::shared_writer_name(w));
+  }
+  EXPECT_EQ(config::cache_mode_names(), modes);
+  EXPECT_EQ(config::cache_writer_names(), writers);
+  for (const std::string& w : config::cache_writer_names()) EXPECT_TRUE(runtime::parse_shared_writer(w).has_value()) << w;
+  EXPECT_FALSE(runtime::parse_shared_writer("authors").has_value());
+}
 
 config::SessionConfig example(const std::string& file) {
   return config::load_session_config(lorakv::testing::test_setting("LORAKV_SOURCE_DIR") + "/configs/" + file);

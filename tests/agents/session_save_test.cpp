@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -129,6 +130,45 @@ TEST(SessionSave, Int8RowsAndScalesRestoreExactly) {
     ADD_FAILURE() << "a float32 runtime took int8 rows";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("int8"), std::string::npos) << e.what();
+  }
+}
+
+// Writer author: the file (version 5) carries each token's author (an agent's replies and a
+// turn appended in its name are its own, the tool's text the base model's), and the restored
+// session continues alike; the same file claiming version 4 is refused.
+TEST(SessionSave, WriterAuthorKeepsEachTokensAuthor) {
+  Runtime rt(testing::scenario_options(model()));
+  testing::load_scenario_adapters(rt, adapter_set("qv_shared_a"));
+  auto original = testing::scenario_session(rt, {SharingMode::kBaseLrShared, SharedWriter::kAuthor});
+  original->append("planner", "Thought: Dok Gramein was born in 1914.");
+  const std::string path = lorakv::testing::temp_path("session_author");
+  original->save(path);
+  const SessionFile f = read_session(path);
+  ASSERT_EQ(f.rows.authors.size(), f.rows.tokens.size());
+  AdapterIdentity planner, actor;
+  for (const SavedAgent& a : f.agents) (a.options.name == "planner" ? planner : actor) = a.adapter;
+  std::map<AdapterIdentity, int64_t> tokens_by;
+  for (const AdapterIdentity& a : f.rows.authors) ++tokens_by[a];
+  EXPECT_GT(tokens_by[planner], 0);
+  EXPECT_GT(tokens_by[actor], 0);
+  EXPECT_GT(tokens_by[AdapterIdentity::base_model()], 0);
+  EXPECT_EQ(tokens_by.size(), 3u);
+  EXPECT_EQ(f.rows.authors.back(), planner) << "the turn appended in the planner's name";
+  Runtime fresh(testing::scenario_options(model()));
+  testing::load_scenario_adapters(fresh, adapter_set("qv_shared_a"));
+  auto restored = fresh.restore_session(path);
+  expect_same_continuation(*original, *restored);
+  std::string bytes = read_bytes(path);
+  const size_t at = bytes.find("\\\"version\\\": 5,");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 13] = '4';
+  const std::string v4 = lorakv::testing::temp_path("session_author_v4");
+  write_bytes(v4, bytes);
+  try {
+    fresh.restore_session(v4);
+    ADD_FAILURE() << "a version 4 file with writer author was accepted";
+  } catch (const SessionFileError& e) {
+    EXPECT_NE(std::string(e.what()).find("it came with version 5"), std::string::npos) << e.what();
   }
 }
 
