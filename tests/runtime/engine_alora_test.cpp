@@ -193,7 +193,7 @@ struct ModeCase {
 };
 
 std::string name_of(const ModeCase& m) {
-  return std::string(sharing_mode_name(m.mode)) + (m.writer == SharedWriter::kBase ? "/base" : "/first");
+  return std::string(sharing_mode_name(m.mode)) + "/" + shared_writer_name(m.writer);
 }
 
 const ModeCase kEveryMode[] = {{SharingMode::kFull, SharedWriter::kFirst},
@@ -202,9 +202,13 @@ const ModeCase kEveryMode[] = {{SharingMode::kFull, SharedWriter::kFirst},
                                {SharingMode::kBaseShared, SharedWriter::kFirst},
                                {SharingMode::kBaseShared, SharedWriter::kBase},
                                {SharingMode::kBaseLrShared, SharedWriter::kFirst},
-                               {SharingMode::kBaseLrShared, SharedWriter::kBase}};
+                               {SharingMode::kBaseLrShared, SharedWriter::kBase},
+                               {SharingMode::kFullShared, SharedWriter::kAuthor},
+                               {SharingMode::kBaseShared, SharedWriter::kAuthor},
+                               {SharingMode::kBaseLrShared, SharedWriter::kAuthor}};
 
-// aLoRA readers and a base-model reader: every mode is exact, with no residual rows.
+// aLoRA readers and a base-model reader: every mode is exact, with no residual rows (with
+// writer author too: an aLoRA agent's turns, like text, are the base model's to write).
 TEST_F(EngineAlora, EveryModeEqualsThePeftRuleAndKeepsNoResidualRows) {
   for (const ModeCase& m : kEveryMode) {
     SCOPED_TRACE(name_of(m));

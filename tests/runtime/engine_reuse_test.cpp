@@ -58,11 +58,16 @@ class EngineReuse : public ::testing::Test {
     w.tokens = probe;
     return e.step({w}).outputs.at(0).logits;
   }
+  // `authored`: tokens [authored.first, authored.second) are reader 0's turn (writer author).
   at::Tensor fresh_probe_logits(ContextOptions mode, const std::vector<AdapterPtr>& readers, int32_t reader,
-                                const std::vector<int32_t>& tokens, const std::vector<int32_t>& probe) const {
+                                const std::vector<int32_t>& tokens, const std::vector<int32_t>& probe,
+                                std::pair<size_t, size_t> authored = {0, 0}) const {
     Engine e(model(), pools());
     const ContextId c = e.create_context(mode, readers);
-    e.append(c, tokens);
+    const auto part = [&](size_t from, size_t to) { return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + to); };
+    e.append(c, part(0, authored.first));
+    e.append(c, part(authored.first, authored.second), 0);
+    e.append(c, part(authored.second, tokens.size()));
     prefill(e, {c, 0});  // reader 0 writes first, as in the tests' engines
     return probe_logits(e, {c, reader}, probe);
   }
@@ -123,8 +128,8 @@ TEST_F(EngineReuse, ReleasedSystemPromptIsAdoptedByTheNextContext) {
 // logits are a fresh engine's. The engine first runs every writer-`base` mode on the prompt
 // (base rows and the shared C by the base model, each reader's own C; released, so their
 // blocks stay cached), then each mode and writer on the same prompt with three readers, each
-// of which processes the context and answers a probe. Writer `base` reuses the rows; writer
-// `first` and `full` reuse nothing the base model wrote (a reader of writer `first` writes
+// of which processes the context and answers a probe. Writers `base` and `author` (the
+// prompt is text, the base model's) reuse the rows; writer `first` and `full` reuse nothing the base model wrote (a reader of writer `first` writes
 // the rows itself). The readers share their A (so base_lr_shared serves them) and differ in B.
 TEST_F(EngineReuse, EveryModeAfterBaseWriterContextsGivesAFreshEnginesLogits) {
   const std::vector<int32_t> prompt = seq_tokens(45, 6), probe = {4, 11};
@@ -133,7 +138,7 @@ TEST_F(EngineReuse, EveryModeAfterBaseWriterContextsGivesAFreshEnginesLogits) {
   const SharingMode shared_modes[] = {SharingMode::kFullShared, SharingMode::kBaseShared, SharingMode::kBaseLrShared};
   std::vector<ContextOptions> cases = {{SharingMode::kFull, SharedWriter::kFirst}};
   for (SharingMode mode : shared_modes) {
-    for (SharedWriter writer : {SharedWriter::kFirst, SharedWriter::kBase}) cases.push_back({mode, writer});
+    for (SharedWriter writer : {SharedWriter::kFirst, SharedWriter::kBase, SharedWriter::kAuthor}) cases.push_back({mode, writer});
   }
   for (const ContextOptions& k : cases) {
     SCOPED_TRACE(std::string(sharing_mode_name(k.mode)) + " writer " + shared_writer_name(k.writer));
@@ -148,7 +153,8 @@ TEST_F(EngineReuse, EveryModeAfterBaseWriterContextsGivesAFreshEnginesLogits) {
     engine.append(c, prompt);
     int64_t hits = 0;
     prefill(engine, {c, 0}, [&](Engine&, const StepResult& r) { hits += r.stats.prefix_hit_tokens; });
-    const bool reused = k.mode != SharingMode::kFull && k.writer == SharedWriter::kBase;
+    // Writer author: the prompt is text no agent wrote, the base model's to write.
+    const bool reused = k.mode != SharingMode::kFull && k.writer != SharedWriter::kFirst;
     EXPECT_EQ(hits, reused ? 32 : 0) << "whole blocks of 16 below the last token";
     for (int32_t r = 0; r < 3; ++r) {
       EXPECT_LT(relative_error(probe_logits(engine, {c, r}, probe), fresh_probe_logits(k, readers, r, prompt, probe)),
@@ -240,7 +246,7 @@ TEST_F(EngineReuse, GenerateComputesIdenticalPromptsOnce) {
 }
 
 // A reply committed in `full` (the reader's own rows) and in `full_shared` with writer
-// `first` is adopted: the committer has nothing to process after the commit, and the next
+// `first` or `author` is adopted: the committer has nothing to process after the commit, and the next
 // turn's logits equal an engine that processed the reply as context. Where the rows differ
 // (base_shared, base_lr_shared, writer base) or the context grew since the reply began, the
 // reply is processed again.
@@ -254,8 +260,11 @@ TEST_F(EngineReuse, CommitAdoptsPrivateRowsWhereTheyEqualTheContextRows) {
   const Case cases[] = {{SharingMode::kFull, SharedWriter::kFirst, true},
                         {SharingMode::kFullShared, SharedWriter::kFirst, true},
                         {SharingMode::kFullShared, SharedWriter::kBase, false},
+                        {SharingMode::kFullShared, SharedWriter::kAuthor, true},
                         {SharingMode::kBaseShared, SharedWriter::kFirst, false},
-                        {SharingMode::kBaseLrShared, SharedWriter::kFirst, false}};
+                        {SharingMode::kBaseShared, SharedWriter::kAuthor, false},
+                        {SharingMode::kBaseLrShared, SharedWriter::kFirst, false},
+                        {SharingMode::kBaseLrShared, SharedWriter::kAuthor, false}};
   // Reader 0 processes `context` and runs `reply` as private tokens.
   auto reply_on = [&](Engine& engine, ContextOptions mode, const std::vector<AdapterPtr>& readers) {
     const ContextId c = engine.create_context(mode, readers);
@@ -279,10 +288,13 @@ TEST_F(EngineReuse, CommitAdoptsPrivateRowsWhereTheyEqualTheContextRows) {
     EXPECT_EQ(engine.private_tokens({c, 0}).size(), 0u);
     engine.append(c, next);
     const std::vector<int32_t> all = concat(concat(context, reply), next), probe = {5, 6};
-    EXPECT_LT(relative_error(probe_logits(engine, {c, 0}, probe), fresh_probe_logits({k.mode, k.writer}, readers, 0, all, probe)),
+    const std::pair<size_t, size_t> authored{context.size(), context.size() + reply.size()};  // reader 0's reply
+    EXPECT_LT(relative_error(probe_logits(engine, {c, 0}, probe),
+                             fresh_probe_logits({k.mode, k.writer}, readers, 0, all, probe, authored)),
               kFloat32LogitsTolerance);
     // The other reader reads (full_shared) or builds (full) rows after the adopted ones.
-    EXPECT_LT(relative_error(probe_logits(engine, {c, 1}, probe), fresh_probe_logits({k.mode, k.writer}, readers, 1, all, probe)),
+    EXPECT_LT(relative_error(probe_logits(engine, {c, 1}, probe),
+                             fresh_probe_logits({k.mode, k.writer}, readers, 1, all, probe, authored)),
               kFloat32LogitsTolerance);
   }
   // The context grew while the reply ran: the rows are not a continuation, processed again.
@@ -298,21 +310,36 @@ TEST_F(EngineReuse, CommitAdoptsPrivateRowsWhereTheyEqualTheContextRows) {
 // writer `base` adopts base rows a base_shared context indexed, and its shared C (which that
 // context never wrote) starts behind them: the base writer must run from the C's coverage.
 // Found by the sessions' concurrency test (a session of each mode on one question).
+// Writer author plans the same catch-up, each position's C by its own writer: the prompt's
+// second half is reader 0's turn, so the base model fills the C of the first half and reader 0
+// that of the second.
 TEST_F(EngineReuse, SharedCLaggingAdoptedBaseRowsIsFilledByTheBaseWriter) {
   const std::vector<int32_t> prompt = seq_tokens(40);
   const std::vector<int32_t> probe = {3, 9};
-  const ContextOptions lr{SharingMode::kBaseLrShared, SharedWriter::kBase};
   const AdapterPtr a2 = lorakv::testing::make_tiny_adapter(model(), "a2", 1, 33);  // a's A: one group
-  Engine e(model(), pools());
-  const ContextId other = e.create_context({SharingMode::kBaseShared, SharedWriter::kBase}, {a_});
-  e.append(other, prompt);
-  prefill(e, {other, 0});
-  const ContextId c = e.create_context(lr, {a_, a2});
-  e.append(c, prompt);
-  const at::Tensor reused = probe_logits(e, {c, 1}, probe);
-  EXPECT_GT(e.memory().cache.bytes_in_use, 0);
-  const at::Tensor fresh = fresh_probe_logits(lr, {a_, a2}, 1, prompt, probe);
-  EXPECT_LT(relative_error(reused, fresh), kFloat32LogitsTolerance);
+  for (SharedWriter writer : {SharedWriter::kBase, SharedWriter::kAuthor}) {
+    SCOPED_TRACE(shared_writer_name(writer));
+    const ContextOptions lr{SharingMode::kBaseLrShared, writer};
+    const std::pair<size_t, size_t> authored = writer == SharedWriter::kAuthor ? std::pair<size_t, size_t>{20, 40}
+                                                                               : std::pair<size_t, size_t>{0, 0};
+    const auto append_prompt = [&](Engine& engine, ContextId ctx) {
+      engine.append(ctx, std::vector<int32_t>(prompt.begin(), prompt.begin() + 20));
+      engine.append(ctx, std::vector<int32_t>(prompt.begin() + 20, prompt.end()),
+                    authored.second > 0 ? std::optional<int32_t>(0) : std::nullopt);
+    };
+    Engine e(model(), pools());
+    const ContextId other = e.create_context({SharingMode::kBaseShared, writer}, {a_});
+    append_prompt(e, other);
+    prefill(e, {other, 0});
+    const ContextId c = e.create_context(lr, {a_, a2});
+    append_prompt(e, c);
+    int64_t hits = 0;
+    prefill(e, {c, 1}, [&](Engine&, const StepResult& r) { hits += r.stats.prefix_hit_tokens; });
+    EXPECT_EQ(hits, 32) << "the base rows are adopted, the shared C is not";
+    const at::Tensor reused = probe_logits(e, {c, 1}, probe);
+    const at::Tensor fresh = fresh_probe_logits(lr, {a_, a2}, 1, prompt, probe, authored);
+    EXPECT_LT(relative_error(reused, fresh), kFloat32LogitsTolerance);
+  }
 }
 
 }  // namespace
