@@ -235,6 +235,7 @@ RuntimeStats Runtime::stats() const {
         r.base_row_bytes = runtime::Engine::base_row_bytes(*core->loaded.model, core->engine->options());
         r.adapter_bytes = core->registry->num_bytes();
         r.driver = core->driver->stats();
+        r.committed_tokens_processed_again = core->engine->committed_tokens_processed_again();
         for (const auto& [id, session] : core->sessions) r.replies_in_flight += static_cast<int64_t>(session.in_flight.size());
         r.open_requests = static_cast<int64_t>(core->requests.size());
         r.kv_dtype = runtime::kv_dtype_name(runtime::Engine::base_kv_dtype(*core->loaded.model, core->engine->options()));

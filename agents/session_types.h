@@ -150,6 +150,9 @@ struct RuntimeStats {
   // The engine thread's steps so far: steps, tokens, prefix hits, deferred work, rows
   // evicted (base rows every session's eviction dropped) and host time per phase.
   runtime::DriverStats driver;
+  // Reply tokens committed without adopting their private rows, which the context's writer
+  // then processes again (runtime::Engine::committed_tokens_processed_again).
+  int64_t committed_tokens_processed_again = 0;
   int64_t replies_in_flight = 0;  // generating now (a reply paused by its request's reader included)
   int64_t open_requests = 0;      // request handles not yet over (agents/request.h)
   std::string kv_dtype;       // the base pool's element type: float32, bfloat16 or int8

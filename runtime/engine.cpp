@@ -354,6 +354,7 @@ int64_t Engine::commit_private(ReaderRef reader) {
   }
   drop_private(reader);
   append(reader.context, tokens, reader.index);
+  state_->committed_tokens_processed_again += static_cast<int64_t>(tokens.size());
   c.output_tokens = output_tokens;  // append starts a new run of text; this one is a reply
   return static_cast<int64_t>(tokens.size());
 }
@@ -376,6 +377,7 @@ bool Engine::has_left(ReaderRef reader) const {
 }
 
 int64_t Engine::adopted_commits() const { return state_->adopted_commits; }
+int64_t Engine::committed_tokens_processed_again() const { return state_->committed_tokens_processed_again; }
 
 int32_t Engine::num_readers(ContextId context) const {
   return static_cast<int32_t>(state_->context(context).readers.size());

@@ -332,8 +332,10 @@ class Engine {
   // otherwise they are dropped and the context's writer processes the tokens like any
   // appended text (docs/sharing_modes.md, "Commit"). Returns how many tokens were appended.
   int64_t commit_private(ReaderRef reader);
-  // Commits so far whose private rows were adopted.
+  // Commits so far whose private rows were adopted, and the tokens of the other commits,
+  // whose replies the context's writer processes again (what adoption would have saved).
   int64_t adopted_commits() const;
+  int64_t committed_tokens_processed_again() const;
   // Drops the private rows without appending them.
   void drop_private(ReaderRef reader);
 

@@ -114,6 +114,7 @@ struct Engine::State {
   int64_t next_context = 0;
   int64_t next_seq = 0;
   int64_t adopted_commits = 0;  // commits whose private rows became the context's rows
+  int64_t committed_tokens_processed_again = 0;  // tokens of the other commits
   at::Tensor rope_cos, rope_sin;  // float32 [rows, head_dim / 2], grown on demand
   // The last committed step's mass for the loss bound, until the eviction after it uses it.
   std::vector<StepMass> step_mass;

@@ -12,8 +12,8 @@ phase "build" bash "$LORAKV_ROOT/tools/build.sh"
 # against three full caches.
 # LORAKV_DEMO_QUESTION asks another question (the test split's people and cities are in
 # assets/agentic_qa/kb_test.jsonl); the default is the config's own (test-00094).
-phase "demo: a react session (lorakv run configs/react_qa.yaml)" "$LORAKV_BUILD_DIR/cli/lorakv" run \
-  "$LORAKV_ROOT/configs/react_qa.yaml" ${LORAKV_DEMO_QUESTION:+--input "$LORAKV_DEMO_QUESTION"}
+phase "demo: a react session (lorakv run configs/react_qa_alora.yaml)" "$LORAKV_BUILD_DIR/cli/lorakv" run \
+  "$LORAKV_ROOT/configs/react_qa_alora.yaml" ${LORAKV_DEMO_QUESTION:+--input "$LORAKV_DEMO_QUESTION"}
 # The second example: plain chat generation with the base model.
 phase "demo: chat generation" "$LORAKV_BUILD_DIR/cli/lorakv" generate --model "$LORAKV_MODEL_FILE" --chat \
   --max-tokens 96 --prompt "${LORAKV_DEMO_PROMPT:-What is the capital of France? Answer in one sentence.}"

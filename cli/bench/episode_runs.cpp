@@ -103,6 +103,15 @@ void run_mode(agents::Runtime& rt, const ModeSpec& m, const std::vector<Question
     });
   }
   for (std::thread& t : workers) t.join();
+  // What the mode ran: the forward rows, and of them the replies processed again at commit
+  // (what keeping the author's private rows at commit would save).
+  const agents::RuntimeStats after = rt.stats();
+  const int64_t rows = after.driver.tokens_processed - st.driver.tokens_processed;
+  const int64_t again = after.committed_tokens_processed_again - st.committed_tokens_processed_again;
+  out << "  " << m.name() << ": " << rows << " token rows through the model in " << after.driver.steps - st.driver.steps
+      << " steps (" << after.driver.run_seconds - st.driver.run_seconds << " s forward); " << again
+      << " of them committed replies processed again (" << (rows > 0 ? 100.0 * static_cast<double>(again) / static_cast<double>(rows) : 0.0)
+      << "%)\n";
 }
 
 }  // namespace lorakv::cli
