@@ -45,7 +45,7 @@ TEST(ServeCommand, CommandLineMistakesAreUsageErrors) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--model", model(), "--port", "70000"}, "--port"},
       {{"--model", model(), "--cache-mode", "shared"}, "--cache-mode"},
-      {{"--model", model(), "--cache-writer", "author"}, "--cache-writer"},
+      {{"--model", model(), "--cache-writer", "last"}, "--cache-writer"},
       {{"--model", model(), "--max-running", "0"}, "--max-running"},
       {{"--model", model(), "--prot", "8000"}, "--prot"},
       {{"--model", model(), "extra"}, "extra"},
