@@ -99,9 +99,11 @@ TEST_F(Sessions, AgentsTakeTurnsInEveryMode) {
 // the bytes it held before the join. Each reply here is cancelled at its first text, so
 // nothing is appended and the trajectory's rows stay as they were.
 TEST_F(Sessions, AgentThatLeavesTakesItsRowsWithIt) {
-  for (SharingMode mode : {SharingMode::kFull, SharingMode::kBaseShared}) {
-    SCOPED_TRACE(runtime::sharing_mode_name(mode));
-    auto s = rt().open_session({mode, SharedWriter::kFirst});
+  for (const auto& [mode, writer] : {std::pair{SharingMode::kFull, SharedWriter::kFirst},
+                                     std::pair{SharingMode::kBaseShared, SharedWriter::kFirst},
+                                     std::pair{SharingMode::kBaseShared, SharedWriter::kAuthor}}) {
+    SCOPED_TRACE(std::string(runtime::sharing_mode_name(mode)) + " writer " + runtime::shared_writer_name(writer));
+    auto s = rt().open_session({mode, writer});
     s->add_agent({"planner", "planner", ""});
     s->append("system", kSystem);
     s->append("user", kQuestion);
@@ -125,6 +127,35 @@ TEST_F(Sessions, AgentThatLeavesTakesItsRowsWithIt) {
     EXPECT_EQ(s->agents(), std::vector<std::string>{"planner"});
     EXPECT_TRUE(s->generate("planner", tokens(24)).appended);
   }
+}
+
+// Writer author: an agent whose committed reply nobody has processed yet leaves (the base
+// model writes its turn), another's reply is cancelled mid-way (nothing appended); the
+// session goes on, and every turn it appends is its author's.
+TEST_F(Sessions, WriterAuthorGoesOnWhenAnAuthorLeavesOrCancels) {
+  auto s = rt().open_session({SharingMode::kBaseShared, SharedWriter::kAuthor});
+  s->add_agent({"planner", "planner", ""});
+  s->add_agent({"actor", "actor", ""});
+  s->append("system", kSystem);
+  s->append("user", kQuestion);
+  EXPECT_TRUE(s->generate("planner", tokens(12)).appended);
+  s->remove_agent("planner");  // before the actor processed the planner's reply
+  const std::vector<int32_t> before = s->tokens();
+  GenerateOptions cancel_at_first_text = tokens(16);
+  cancel_at_first_text.on_text = [&s](const std::string&) {
+    s->cancel();
+    return true;
+  };
+  const Reply cancelled = s->generate("actor", cancel_at_first_text);
+  EXPECT_EQ(cancelled.end, ReplyEnd::kCancelled);
+  EXPECT_FALSE(cancelled.appended);
+  EXPECT_EQ(s->tokens(), before);
+  EXPECT_EQ(s->stats().private_kv_bytes, 0);
+  const Reply actor = s->generate("actor", tokens(12));
+  EXPECT_TRUE(actor.appended);
+  EXPECT_GT(s->tokens().size(), before.size());
+  s->append("actor", "Lookup[Dok Gramein]");  // a turn in its name, written as text
+  EXPECT_TRUE(s->generate("actor", tokens(8)).appended);
 }
 
 // A session with a token budget: after a long trajectory and two agents' replies, the
