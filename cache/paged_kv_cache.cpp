@@ -133,6 +133,64 @@ void PagedKvCache::write_base(const WritePlan& slots, int64_t layer, const at::T
   }
 }
 
+BatchWritePlan PagedKvCache::plan_batch_writes(const std::vector<BatchAppend>& appends) const {
+  const int64_t lanes = layout().num_lanes();
+  BatchWritePlan plan;
+  plan.base.resize(static_cast<size_t>(lanes));
+  std::vector<int64_t> slots, sources;
+  for (int64_t lane = 0; lane < lanes; ++lane) {
+    slots.clear();
+    sources.clear();
+    for (const BatchAppend& a : appends) {
+      LORAKV_CHECK(a.slots && static_cast<int64_t>(a.slots->base.size()) == lanes, InvalidArgumentError,
+                   "plan_batch_writes: an append's slots are not from this cache (" << (a.slots ? a.slots->base.size() : 0)
+                                                                                    << " lanes, not " << lanes << ")");
+      const LaneSlots& s = a.slots->base[static_cast<size_t>(lane)];
+      for (size_t i = 0; i < s.slots.size(); ++i) {
+        slots.push_back(s.slots[i]);
+        sources.push_back(a.first_row + static_cast<int64_t>(i));
+      }
+    }
+    if (slots.empty()) continue;
+    BatchWritePlan::Lane& out = plan.base[static_cast<size_t>(lane)];
+    out.slots = long_tensor(slots);
+    const bool consecutive = sources.back() - sources.front() + 1 == static_cast<int64_t>(sources.size()) &&
+                             std::is_sorted(sources.begin(), sources.end());
+    if (consecutive) {
+      out.first_source = sources.front();
+    } else {
+      out.sources = long_tensor(sources);
+    }
+  }
+  return plan;
+}
+
+void PagedKvCache::write_batch_base(const BatchWritePlan& plan, int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  const CacheLayout& l = layout();
+  check_layer(l, layer, "write_batch_base");
+  LORAKV_CHECK(k.defined() && v.defined() && k.dim() == 3 && k.size(1) == l.num_kv_heads && k.size(2) == l.head_dim &&
+                   v.sizes() == k.sizes() && k.is_floating_point() && v.is_floating_point() &&
+                   static_cast<int64_t>(plan.base.size()) == l.num_lanes(),
+               InvalidArgumentError,
+               "write_batch_base: float k, v [B, " << l.num_kv_heads << ", " << l.head_dim << "] and a plan of "
+                                                   << l.num_lanes() << " lanes expected, got " << sizes_of(k) << ", "
+                                                   << sizes_of(v) << " and " << plan.base.size() << " lanes");
+  for (int64_t g = 0; g < l.num_groups(); ++g) {
+    const BatchWritePlan::Lane& lane = plan.base[static_cast<size_t>(l.lane(layer, g))];
+    if (!lane.slots.defined()) continue;
+    const int64_t n = lane.slots.numel();
+    auto rows = [&](const at::Tensor& x) {
+      const at::Tensor heads = x.narrow(1, g * l.heads_per_group, l.heads_per_group);
+      if (lane.sources.defined()) return heads.index_select(0, lane.sources);
+      LORAKV_CHECK(lane.first_source + n <= x.size(0), InvalidArgumentError,
+                   "write_batch_base: rows " << lane.first_source << ".." << lane.first_source + n - 1
+                                             << " of a batch of " << x.size(0));
+      return heads.narrow(0, lane.first_source, n);
+    };
+    pools_[0].write(lane.slots, rows(k), rows(v));
+  }
+}
+
 void PagedKvCache::write_base_int8(const WritePlan& slots, int64_t layer, const Int8Rows& k, const Int8Rows& v) {
   const CacheLayout& l = layout();
   check_layer(l, layer, "write_base_int8");

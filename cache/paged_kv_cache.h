@@ -47,6 +47,25 @@ struct WritePlan {
   std::vector<std::vector<Lane>> residual;  // per request residual, per lane
 };
 
+// The base rows of several appends written together (an engine step's items), as one
+// scatter per lane and layer instead of one per append (PagedKvCache::plan_batch_writes).
+struct BatchWritePlan {
+  struct Lane {
+    at::Tensor slots;    // int64 [rows]: every append's slots of the lane; undefined: none
+    at::Tensor sources;  // int64 [rows]: each slot's row in the batch's k, v; undefined: rows
+                         // first_source, first_source + 1, ... (no gather)
+    int64_t first_source = 0;
+  };
+  std::vector<Lane> base;  // per lane
+};
+
+// One append of a batch: its slots, and the row of the batch's k, v that holds its first
+// token (its tokens' rows follow in order).
+struct BatchAppend {
+  const AppendSlots* slots = nullptr;
+  int64_t first_row = 0;
+};
+
 struct PoolUsage {
   int64_t rank = 0;  // 0 = base pool
   int64_t blocks_used = 0;    // referenced by a sequence
@@ -108,6 +127,12 @@ class PagedKvCache {
   void write_base(const AppendSlots& slots, int64_t layer, const at::Tensor& k, const at::Tensor& v) {
     write_base(plan_writes(slots), layer, k, v);
   }
+  // The base rows of several appends, written by write_batch_base: per lane the slots of
+  // all of them and where each row is in the batch. Built once per step.
+  BatchWritePlan plan_batch_writes(const std::vector<BatchAppend>& appends) const;
+  // k, v: [B, num_kv_heads, head_dim], the batch's rows (any float dtype); the planned rows
+  // go to their slots, one scatter per lane.
+  void write_batch_base(const BatchWritePlan& plan, int64_t layer, const at::Tensor& k, const at::Tensor& v);
   // An int8 base pool: rows as a save holds them, written unchanged (values int8
   // [T, num_kv_heads, head_dim], scales float32 [T, num_kv_heads]).
   void write_base_int8(const WritePlan& plan, int64_t layer, const Int8Rows& k, const Int8Rows& v);

@@ -280,12 +280,14 @@ void lora_attention(const LoraAttentionParams& params) {
   const cpu::PathKernels& k = kernels_for(path);
   LORAKV_ASSERT(k.process_item, "vector path " << features::vector_path_name(path) << " was not built for this CPU");
 
-  // The calling thread's storage, reached through a reference: a lambda run on a worker
-  // thread that named the thread_local itself would get that worker's own, empty instance.
-  thread_local cpu::PlanStorage calling_thread_storage;
-  cpu::PlanStorage& storage = calling_thread_storage;
+  // The caller's plan, else the calling thread's, reached through a reference: a lambda run
+  // on a worker thread that named the thread_local itself would get that worker's own,
+  // empty instance.
+  thread_local LoraAttentionPlan calling_thread_plan;
+  cpu::PlanStorage& storage = (params.plan ? *params.plan : calling_thread_plan).storage();
   const int64_t threads = std::max<int64_t>(1, params.num_threads > 0 ? params.num_threads : at::get_num_threads());
-  const cpu::Plan plan = cpu::build_plan(params, threads, storage);
+  cpu::Plan plan;
+  const bool reused = cpu::plan_for_call(params, threads, storage, plan);
   const int32_t* order = cpu::item_order(storage);
 
   const int64_t threads_run = run_tasks(plan.num_items, threads, [&](int64_t i, int64_t t) { k.process_item(plan, plan.items[order[i]], cpu::thread_scratch(storage, t)); });
@@ -304,6 +306,7 @@ void lora_attention(const LoraAttentionParams& params) {
   s.path = path;
   s.work_items = plan.num_items;
   s.threads = threads_run;
+  s.plan_reused = reused;
   for (int64_t i = 0; i < plan.num_items; ++i) {
     s.base_bytes_read += plan.items[i].base_bytes;
     s.residual_bytes_read += plan.items[i].residual_bytes;
@@ -319,5 +322,10 @@ void lora_attention(const LoraAttentionParams& params) {
     s.key_splits = std::max(s.key_splits, pieces);
   }
 }
+
+LoraAttentionPlan::LoraAttentionPlan() : storage_(std::make_unique<cpu::PlanStorage>()) {}
+LoraAttentionPlan::~LoraAttentionPlan() = default;
+int64_t LoraAttentionPlan::plans_built() const { return storage_->built; }
+int64_t LoraAttentionPlan::plans_reused() const { return storage_->reused; }
 
 }  // namespace lorakv::kernels

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "lorakv/common/cpu_features.h"
@@ -199,6 +200,34 @@ struct LoraAttentionStats {
   int64_t work_items = 0;           // (base, KV head, key range) pieces run in parallel
   int64_t key_splits = 0;           // most pieces one (base, KV head) was split into
   int64_t threads = 0;              // threads that ran the work items
+  bool plan_reused = false;         // the call ran the plan an earlier call made (LoraAttentionPlan)
+};
+
+namespace cpu {
+struct PlanStorage;
+}
+
+// The work plan of a call (FlashInfer's plan/run split): its work items (key ranges per
+// thread), the layout of the rows' partial results, the merge lists and the scratch. It
+// depends only on the call's shape: the bases and their agents, each agent's queries and
+// ranks, the rows of every lane, the threads and the attention-mass mode, never on the
+// pointers or values. A call given a plan runs it when the shape is the one it was made
+// for and plans afresh into it otherwise, so the layers of an engine step (one shape unless
+// eviction left layers with different rows) plan once per step. Not thread-safe: one call
+// at a time per plan.
+class LoraAttentionPlan {
+ public:
+  LoraAttentionPlan();
+  ~LoraAttentionPlan();
+  LoraAttentionPlan(const LoraAttentionPlan&) = delete;
+  LoraAttentionPlan& operator=(const LoraAttentionPlan&) = delete;
+
+  int64_t plans_built() const;  // calls that planned afresh
+  int64_t plans_reused() const;  // calls that ran the plan as it was
+  cpu::PlanStorage& storage() { return *storage_; }
+
+ private:
+  std::unique_ptr<cpu::PlanStorage> storage_;
 };
 
 struct LoraAttentionParams {
@@ -221,6 +250,9 @@ struct LoraAttentionParams {
   std::optional<::lorakv::cpu::VectorPath> vector_path;
   int64_t num_threads = 0;  // 0: ATen's intra-op thread count
   LoraAttentionStats* stats = nullptr;  // optional
+  // Optional: the plan to run or refill (see LoraAttentionPlan); null: the calling thread's
+  // own, which is kept and reused the same way.
+  LoraAttentionPlan* plan = nullptr;
 };
 
 // Runs the op on the CPU. Throws InvalidArgumentError naming what disagrees (shapes,

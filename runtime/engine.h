@@ -140,6 +140,9 @@ struct StepStats {
   // building the kernel's views and arguments from the block tables, and the fused kernel
   // itself (its argument checks included).
   double write_seconds = 0, views_seconds = 0, kernel_seconds = 0;
+  // The fused kernel's work plans made in the forward: 1 when every layer had the step's
+  // shape (kernels::LoraAttentionPlan), more where eviction left layers with other rows.
+  int64_t kernel_plans = 0;
   // Eviction after the step (contexts with a policy): rows that left the views, blocks
   // whose reference went (per pool), rows packed by defragmentation, and the host time of
   // choosing, evicting and packing. The kernel's second pass for attention mass (scoring

@@ -2,6 +2,7 @@
 // attention backend writes each layer's base and residual rows where the plan put them and
 // then runs the fused kernel once for every item.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "lorakv/cache/step_views.h"
@@ -44,8 +45,10 @@ class PagedAttention final : public AttentionBackend {
     fill_layer(in, plan);
     stats_.views_seconds += views_watch.seconds();
     const log::Stopwatch kernel_watch;
+    const int64_t plans = kernel_plan_.plans_built();
     kernels::lora_attention(params_);
     stats_.kernel_seconds += kernel_watch.seconds();
+    stats_.kernel_plans += kernel_plan_.plans_built() - plans;
     if (mass_) add_scores(in.layer);
     if (mass_) keep_reader_mass(in.layer);
   }
@@ -102,6 +105,7 @@ class PagedAttention final : public AttentionBackend {
     params_.num_bases = static_cast<int64_t>(bases_.size());
     params_.agents = agents_.data();
     params_.num_agents = static_cast<int64_t>(agents_.size());
+    params_.plan = &kernel_plan_;
     plan_mass();
   }
 
@@ -288,15 +292,16 @@ class PagedAttention final : public AttentionBackend {
 
   bool keys_before_rope() const override { return cache_.manager().config().keys_before_rope; }
 
+  // The layer's base rows of every item as one scatter per lane (the batch plan is made at
+  // the first layer: the step's batch offsets come with the forward), then each item's
+  // residual rows, C = X A per stream.
   void write_rows(const LayerAttentionInput& in, const StepPlan& plan) {
     const at::Tensor& k = keys_before_rope() ? in.k_before_rope : in.k;
+    if (!batch_writes_) batch_writes_ = plan_batch_writes(plan);
+    cache_.write_batch_base(*batch_writes_, in.layer, k, in.v);
     for (size_t i = 0; i < items_.size(); ++i) {
       const Item& it = items_[i];
       const int64_t row0 = plan.offsets[i];
-      if (it.base_from < it.end) {
-        const int64_t off = row0 + it.base_from - it.start, n = it.end - it.base_from;
-        cache_.write_base(writes_[i], in.layer, k.narrow(0, off, n), in.v.narrow(0, off, n));
-      }
       for (size_t f = 0; f < it.fills.size(); ++f) {
         const at::Tensor& a = it.fills[f].stream->a[static_cast<size_t>(in.layer)];  // [rank, hidden]
         if (!a.defined()) continue;
@@ -304,6 +309,18 @@ class PagedAttention final : public AttentionBackend {
         cache_.write_residual(writes_[i], f, in.layer, at::matmul(in.x.narrow(0, off, n), a.t()));  // C = X A^T: [n, rank]
       }
     }
+  }
+
+  // Each item's base rows: its slots, and its rows' place in the step's batch.
+  cache::BatchWritePlan plan_batch_writes(const StepPlan& plan) const {
+    std::vector<cache::BatchAppend> appends;
+    for (size_t i = 0; i < items_.size(); ++i) {
+      const Item& it = items_[i];
+      if (it.base_from >= it.end) continue;
+      LORAKV_ASSERT(it.slots, "an item writing base rows without reserved slots");
+      appends.push_back({&*it.slots, plan.offsets[i] + it.base_from - it.start});
+    }
+    return cache_.plan_batch_writes(appends);
   }
 
   // The layer's pointers into the step's plan: views, q, out, B.
@@ -368,11 +385,13 @@ class PagedAttention final : public AttentionBackend {
   cache::StepViews views_;
   std::vector<size_t> order_;                 // items by the base they read
   std::vector<ItemReads> reads_;              // per item
-  std::vector<cache::WritePlan> writes_;      // per item
+  std::vector<cache::WritePlan> writes_;      // per item (residual rows)
+  std::optional<cache::BatchWritePlan> batch_writes_;  // every item's base rows, made at the first layer
   std::vector<kernels::SharedBase> bases_;    // the kernel's bases; rows refilled per layer
   std::vector<int64_t> base_reads_;           // per base: its StepViews read
   std::vector<kernels::AgentAttention> agents_;  // per item in `order_`, refilled per layer
   kernels::LoraAttentionParams params_;
+  kernels::LoraAttentionPlan kernel_plan_;      // made by the first layer, run by the layers of its shape
   std::vector<ScoredSeq> scored_;               // sequences whose rows a scoring policy governs
   std::vector<SeqId> accumulating_;             // of those, the ones whose scores grow this step
   std::vector<SeqId> observed_;                 // of those, the ones observed afresh (SnapKV)

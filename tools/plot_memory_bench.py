@@ -1,4 +1,5 @@
-"""Plots `lorakv bench memory`'s CSVs: KV bytes and the ratio against N full caches per mode."""
+"""Plots `lorakv bench memory`'s CSVs: KV bytes and the ratio against N full caches per mode
+(memory.png), and the aggregate decode tokens/s of every mode per context length (latency.png)."""
 import argparse
 import csv
 from pathlib import Path
@@ -9,10 +10,35 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def plot_decode(d: Path) -> None:
+    rows = [r for r in csv.DictReader(open(d / "latency.csv")) if r["metric"] == "decode_aggregate"]
+    lengths = sorted({int(r["context_tokens"]) for r in rows})
+    if not lengths:
+        return
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    fig, ax = plt.subplots(figsize=(2.2 * len(modes) + 2, 4.5))
+    width = 0.8 / len(lengths)
+    for i, t in enumerate(lengths):
+        by_mode = {r["mode"]: float(r["tokens_per_second"]) for r in rows if int(r["context_tokens"]) == t}
+        xs = [k + i * width for k in range(len(modes))]
+        ax.bar(xs, [by_mode.get(m, 0.0) for m in modes], width, label=f"{t}-token context")
+    ax.set_xticks([k + width * (len(lengths) - 1) / 2 for k in range(len(modes))], modes, rotation=20, ha="right")
+    ax.set_ylabel("aggregate decode tokens/s")
+    ax.set_title("8 agents decoding on one shared context (one agent alone for comparison)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(d / "latency.png", dpi=110)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     d = Path(p.parse_args().dir)
+    if (d / "latency.csv").exists():
+        plot_decode(d)
+    if not (d / "memory.csv").exists():
+        return
     rows = [r for r in csv.DictReader(open(d / "memory.csv")) if r["layout"] == "per_layer" and r.get("eviction", "none") == "none"]
     for r in rows:  # aLoRA twins: their own lines
         if r.get("adapters", "standard") == "alora":

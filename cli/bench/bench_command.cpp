@@ -119,8 +119,9 @@ runtime::ContextOptions parse_swap_mode(const std::string& text) {
   return {*mode, *writer};
 }
 
-void plot(const MemoryBenchOptions& o, std::ostream& out) {
-  if (!o.python.empty()) draw_plot(o.python, "tools/plot_memory_bench.py", o.out_dir, "memory.png", out);
+// memory.png from memory.csv, latency.png from latency.csv (the script draws what it finds).
+void plot(const MemoryBenchOptions& o, const std::string& png, std::ostream& out) {
+  if (!o.python.empty()) draw_plot(o.python, "tools/plot_memory_bench.py", o.out_dir, png, out);
 }
 
 }  // namespace
@@ -220,7 +221,9 @@ int run_memory_bench(const std::vector<std::string>& args, std::ostream& out) {
     if (p == "fidelity") run_fidelity(w, o, out);
     if (p == "latency") run_latency(w, o, out);
   }
-  if (std::find(parts.begin(), parts.end(), "memory") != parts.end()) plot(o, out);  // it plots memory.csv
+  for (const char* part : {"memory", "latency"}) {
+    if (std::find(parts.begin(), parts.end(), part) != parts.end()) plot(o, std::string(part) + ".png", out);
+  }
   char line[96];
   std::snprintf(line, sizeof line, "wall time %.1f s\n", bench_seconds());
   out << line;

@@ -121,6 +121,7 @@ DecodeSide prepare_decode(BenchWorkload& w, Variant v, const std::vector<int32_t
 struct DecodeTimes {
   double seconds = 0;
   double write = 0, views = 0, kernel = 0, step = 0;
+  double plans = 0;  // the kernel's work plans made per step (1: once per step)
 };
 
 // `steps` steps of every agent's next token (greedy), timed from the end of the step that
@@ -149,15 +150,91 @@ DecodeTimes decode_steps(DecodeSide& s, int64_t steps) {
     t.write += st.write_seconds;
     t.views += st.views_seconds;
     t.kernel += st.kernel_seconds;
+    t.plans += static_cast<double>(st.kernel_plans);
     t.step += st.admit_seconds + st.run_seconds + st.commit_seconds;
   });
   driver.run(jobs);
   t.seconds = now() - start;
-  for (double* x : {&t.write, &t.views, &t.kernel, &t.step}) *x /= static_cast<double>(std::max<int64_t>(1, step - 1));
+  for (double* x : {&t.write, &t.views, &t.kernel, &t.step, &t.plans}) *x /= static_cast<double>(std::max<int64_t>(1, step - 1));
   for (int32_t r = 0; r < agents; ++r) s.engine->drop_private({s.ctx, r});
   return t;
 }
 
+
+// A decode side: a variant with `agents` agents on the context.
+struct DecodeVariant {
+  Variant v;
+  int64_t agents;
+  std::string name() const { return agents == 1 ? "one agent alone" : v.name(); }
+  bool operator<(const DecodeVariant& o) const { return std::make_pair(v, agents) < std::make_pair(o.v, o.agents); }
+};
+
+// `agents` agents decoding together on one `t`-token context in every variant, and one agent
+// alone; tokens/s against `full` and against the one agent, and the host time of a step's phases.
+void run_decode(BenchWorkload& w, const MemoryBenchOptions& o, int64_t t, std::ofstream& csv, std::ostream& out) {
+  const int64_t agents = 8, steps = 8;
+  std::vector<DecodeVariant> variants;
+  for (const Variant& v : kVariants) variants.push_back({v, agents});
+  const DecodeVariant alone{kFullStandard, 1}, full{kFullStandard, agents};
+  variants.push_back(alone);
+  const std::vector<int32_t> text = w.real_text(t);
+  std::map<DecodeVariant, DecodeSide> sides;
+  for (const DecodeVariant& d : variants) sides.emplace(d, prepare_decode(w, d.v, text, d.agents));
+  std::map<DecodeVariant, std::vector<DecodeTimes>> times;
+  for (int64_t rep = 0; rep < o.repetitions; ++rep) {
+    for (size_t k = 0; k < variants.size(); ++k) {
+      const DecodeVariant& d = variants[(k + static_cast<size_t>(rep)) % variants.size()];
+      std::fprintf(stderr, "[%7.1f s] decode %lld tokens: repetition %lld, %s ...\n", bench_seconds(),
+                   static_cast<long long>(t), static_cast<long long>(rep + 1), d.name().c_str());
+      times[d].push_back(decode_steps(sides.at(d), steps));
+    }
+  }
+  auto med = [&](const DecodeVariant& d, double DecodeTimes::*field) {
+    std::vector<double> v;
+    for (const DecodeTimes& x : times[d]) v.push_back(x.*field);
+    return median(v);
+  };
+  auto tokens_per_second = [&](const DecodeVariant& d) {
+    return static_cast<double>(d.agents * steps) / med(d, &DecodeTimes::seconds);
+  };
+  out << "\nAggregate decode, " << agents << " agents on one " << t << "-token context (" << steps
+      << " steps per repetition, median of " << o.repetitions << ", sides alternated), against `full` and against "
+      << "one agent alone on the same context\n"
+      << "| mode | tokens/s | ratio vs full | ratio vs one agent |\n| --- | ---: | ---: | ---: |\n";
+  const double full_tps = tokens_per_second(full), alone_tps = tokens_per_second(alone);
+  for (const DecodeVariant& d : variants) {
+    const double s = med(d, &DecodeTimes::seconds), tps = tokens_per_second(d);
+    csv << "decode_aggregate," << t << "," << d.agents << "," << d.name() << "," << s << "," << tps << ","
+        << tps / full_tps << "," << o.repetitions << "\n";
+    csv << "decode_vs_one_agent," << t << "," << d.agents << "," << d.name() << "," << s << "," << tps << ","
+        << tps / alone_tps << "," << o.repetitions << "\n";
+    char line[200];
+    std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %.2fx |\n", d.name().c_str(), tps, tps / full_tps,
+                  tps / alone_tps);
+    out << line;
+  }
+  out << "\nHost time per decode step (ms, median over repetitions of the per-step mean): rows written, the "
+         "kernel's views and arguments built, the fused kernel, the rest (projections, sampling, bookkeeping), "
+         "the whole step; and the kernel's work plans made per step\n"
+      << "| mode | write | views | kernel | rest | step | plans |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+  for (const DecodeVariant& d : variants) {
+    const double write = med(d, &DecodeTimes::write), views = med(d, &DecodeTimes::views),
+                 kernel = med(d, &DecodeTimes::kernel), step = med(d, &DecodeTimes::step);
+    const double rest = step - write - views - kernel;
+    for (const auto& [name, value] : {std::pair<const char*, double>{"decode_step_write", write},
+                                      {"decode_step_views", views},
+                                      {"decode_step_kernel", kernel},
+                                      {"decode_step_rest", rest},
+                                      {"decode_step_total", step},
+                                      {"decode_step_kernel_plans", med(d, &DecodeTimes::plans)}}) {
+      csv << name << "," << t << "," << d.agents << "," << d.name() << "," << value << ",,," << o.repetitions << "\n";
+    }
+    char line[200];
+    std::snprintf(line, sizeof line, "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f |\n", d.name().c_str(),
+                  1e3 * write, 1e3 * views, 1e3 * kernel, 1e3 * rest, 1e3 * step, med(d, &DecodeTimes::plans));
+    out << line;
+  }
+}
 
 }  // namespace
 
@@ -196,58 +273,9 @@ void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& ou
     out << line;
   }
 
-  // Aggregate decode of 8 agents on one context.
-  const int64_t agents = 8, steps = 8;
-  for (int64_t t : o.decode_lengths) {
-    const std::vector<int32_t> text = w.real_text(t);
-    std::map<Variant, DecodeSide> sides;
-    for (const Variant& v : kVariants) sides.emplace(v, prepare_decode(w, v, text, agents));
-    std::map<Variant, std::vector<double>> secs;
-    std::map<Variant, std::vector<DecodeTimes>> times;
-    for (int64_t rep = 0; rep < o.repetitions; ++rep) {
-      for (size_t k = 0; k < kVariants.size(); ++k) {
-        const Variant& v = kVariants[(k + static_cast<size_t>(rep)) % kVariants.size()];
-        times[v].push_back(decode_steps(sides.at(v), steps));
-        secs[v].push_back(times[v].back().seconds);
-      }
-    }
-    out << "\nAggregate decode, " << agents << " agents on one " << t << "-token context (" << steps
-        << " steps per repetition, median of " << o.repetitions << ", modes alternated)\n"
-        << "| mode | tokens/s | ratio vs full | aim |\n| --- | ---: | ---: | --- |\n";
-    const double full_tps = static_cast<double>(agents * steps) / median(secs[kFullStandard]);
-    for (const Variant& v : kVariants) {
-      const double s = median(secs[v]), tps = static_cast<double>(agents * steps) / s, ratio = tps / full_tps;
-      csv << "decode_aggregate," << t << "," << agents << "," << v.name() << "," << s << "," << tps
-          << "," << ratio << "," << o.repetitions << "\n";
-      char line[200];
-      std::snprintf(line, sizeof line, "| %s | %.1f | %.2fx | %s |\n", v.name().c_str(), tps, ratio,
-                    v.mode == SharingMode::kFull && !v.alora ? "" : (ratio >= 2.0 ? ">= 2x: met" : ">= 2x: missed"));
-      out << line;
-    }
-    out << "\nHost time per decode step (ms, median over repetitions of the per-step mean): rows written, the "
-           "kernel's views and arguments built, the fused kernel, the whole step\n"
-        << "| mode | write | views | kernel | step |\n| --- | ---: | ---: | ---: | ---: |\n";
-    for (const Variant& m : kVariants) {
-      auto med = [&](double DecodeTimes::*field) {
-        std::vector<double> v;
-        for (const DecodeTimes& d : times[m]) v.push_back(d.*field);
-        return median(v);
-      };
-      const double write = med(&DecodeTimes::write), views = med(&DecodeTimes::views),
-                   kernel = med(&DecodeTimes::kernel), step = med(&DecodeTimes::step);
-      for (const auto& [name, value] : {std::pair<const char*, double>{"decode_step_write", write},
-                                        {"decode_step_views", views},
-                                        {"decode_step_kernel", kernel},
-                                        {"decode_step_total", step}}) {
-        csv << name << "," << t << "," << agents << "," << m.name() << "," << value << ",,,"
-            << o.repetitions << "\n";
-      }
-      char line[200];
-      std::snprintf(line, sizeof line, "| %s | %.2f | %.2f | %.2f | %.2f |\n", m.name().c_str(),
-                    1e3 * write, 1e3 * views, 1e3 * kernel, 1e3 * step);
-      out << line;
-    }
-  }
+  // Aggregate decode of 8 agents on one context, and of one agent alone on it (in `full`: the
+  // same for every mode), all alternated per repetition.
+  for (int64_t t : o.decode_lengths) run_decode(w, o, t, csv, out);
   out << "wrote " << path << "\n";
 }
 

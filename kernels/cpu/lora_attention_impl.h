@@ -24,7 +24,7 @@ template <class V>
 struct FusedAttention {
   using O = Ops<V>;
   static constexpr int64_t T = kTileKeys;
-  static constexpr int64_t kScoreRows = 4;  // query rows per score block
+  static constexpr int64_t kScoreRows = 4;  // query rows per score register block
   static constexpr int32_t kHiddenPosition = INT32_MAX;  // above every query: masked
 
   struct Scratch {
@@ -36,7 +36,7 @@ struct FusedAttention {
     float* v_conv;    // [T][dim] base values as float32 (bfloat16 storage)
     float* cv;        // [T][rank_pad] C_v tile
     float* ck;        // [T][rank_pad] C_k tile
-    float* s;         // [kScoreRows][T] scores, then probabilities
+    float* s;         // [kBlockRows][T] scores, then probabilities
     float* q;         // [item rows][dim] queries, float32, times the softmax scale
   };
 
@@ -53,7 +53,7 @@ struct FusedAttention {
     s.cv = s.v_conv + tile;
     s.ck = s.cv + rank_tile;
     s.s = s.ck + rank_tile;
-    s.q = s.s + 12 * T;
+    s.q = s.s + kBlockRows * T;
     return s;
   }
 
@@ -302,50 +302,137 @@ struct FusedAttention {
     return true;
   }
 
-  // Second half, for the block's rows together (each V and C row loaded once for all of
-  // them): acc_v = alpha acc_v + P.V and acc_c = alpha acc_c + P.C_v, rescaled together.
-  // Without C rows (a private item) acc_c stays 0: nothing to rescale.
-  static void accumulate(float* const* recs, const float* const* p, const float* alpha, int64_t rows, const Tile& t,
-                         int64_t dim, const float* cv, int64_t rank_pad) {
-    float* acc_v[kScoreRows];
-    for (int64_t r = 0; r < rows; ++r) acc_v[r] = recs[r] + kRecordHeader;
-    O::axpy_multi(acc_v, alpha, p, rows, dim, RowPtrs{t.v}, t.n);
-    if (!cv) return;
-    for (int64_t r = 0; r < rows; ++r) acc_v[r] += dim;
-    O::axpy_multi(acc_v, alpha, p, rows, rank_pad, Strided{cv, rank_pad}, t.n);
+  // Up to kBlockRows consecutive query rows of the item (rows of several agents and heads:
+  // an agent's rows follow the previous agent's) that read the tile with the same keys kt:
+  // the base keys for every agent of a shared item but those with keys of their own
+  // (K-LoRA, stored key deltas), which form blocks alone. Masks and the online-softmax step
+  // are per row; the products against the tile run over the block's rows together, so each
+  // key, value and C row is loaded once for all its agents and heads.
+  struct Block {
+    int64_t first = 0, rows = 0;   // item rows [first, first + rows)
+    int64_t agent[kBlockRows];     // each row's agent
+    int64_t row_in_agent[kBlockRows];
+    float* recs[kBlockRows];
+    const float* probs[kBlockRows];
+    float alpha[kBlockRows];
+  };
+
+  // Whether agent a reads a shared tile with keys of its own rather than the base keys.
+  static bool own_keys(const Item& it, int64_t a) {
+    const AgentAttention& ag = it.p.agents[a];
+    return it.shared && (ag.k.rank > 0 || ag.k_delta.storage);
   }
 
-  // Scores of up to kScoreRows rows of agent a (from row r0) against the tile, then their
-  // online-softmax updates. A row that sees no key of the tile joins the block with
-  // probabilities 0 and factor 1, which leaves its record as it was.
-  static void attend_rows(const Item& it, int64_t a, int64_t r0, int64_t rows, const float* q, const float* kt,
-                          const float* cv, const Scratch& sc, const Tile& t) {
-    const AgentAttention& ag = it.p.agents[a];
-    const AgentRows& ar = it.plan.agent_rows[a];
+  // Whether two residual streams hold the same rows for the tile (agents of a shared-A group
+  // each point at the group's C with their own B): same pool, rank and block ids.
+  static bool same_residual_rows(const Item& it, const LowRankStream& x, const LowRankStream& y, const Tile& t) {
+    const PagedStorage& a = *x.c_storage;
+    const PagedStorage& b = *y.c_storage;
+    if (x.rank != y.rank || a.k != b.k || a.dtype != b.dtype || a.block_size != b.block_size ||
+        a.block_stride != b.block_stride || a.row_stride != b.row_stride || a.head_stride != b.head_stride) {
+      return false;
+    }
+    const LaneRows& la = x.c_lanes[it.lane_index];
+    const LaneRows& lb = y.c_lanes[it.lane_index];
+    if (la.blocks == lb.blocks) return true;
+    const int64_t first = t.row0 / a.block_size, last = (t.row0 + t.n - 1) / a.block_size;
+    return std::memcmp(la.blocks + first, lb.blocks + first, sizeof(int32_t) * (last - first + 1)) == 0;
+  }
+
+  // Scores of the block's rows against kt (kScoreRows rows per register block, across
+  // agents), masks, raw scores, and each row's online-softmax step (probabilities in place).
+  // A row that sees no key of the tile gets probabilities 0 and factor 1, which leaves its
+  // record as it was. Returns whether any row saw a key.
+  static bool block_softmax(const Item& it, const float* kt, const Scratch& sc, const Tile& t, Block& b) {
+    for (int64_t r0 = 0; r0 < b.rows; r0 += kScoreRows) {
+      const int64_t rows = b.rows - r0 < kScoreRows ? b.rows - r0 : kScoreRows;
+      O::scores(sc.q + (b.first + r0) * it.dim, rows, kt, it.dim, t.keys_pad, sc.s + r0 * T);
+    }
     const int64_t keys_in_item = it.w.row_end - it.w.row_begin;
-    O::scores(q + r0 * it.dim, rows, kt, it.dim, t.keys_pad, sc.s);
-    float* recs[kScoreRows];
-    const float* probs[kScoreRows];
-    float alpha[kScoreRows];
     bool any = false;
-    for (int64_t rr = 0; rr < rows; ++rr) {
-      const int64_t r = r0 + rr;
-      float* s = sc.s + rr * T;
-      mask_row(s, t, ag.q_positions[r / it.group], it.p.window);
+    for (int64_t row = 0; row < b.rows; ++row) {
+      const int64_t a = b.agent[row], r = b.row_in_agent[row];
+      float* s = sc.s + row * T;
+      mask_row(s, t, it.p.agents[a].q_positions[r / it.group], it.p.window);
       if (it.w.raw_scores) {
-        std::memcpy(it.w.raw_scores + (it.row_offset(a) + r) * keys_in_item + (t.row0 - it.w.row_begin), s,
-                    sizeof(float) * t.n);
+        std::memcpy(it.w.raw_scores + (b.first + row) * keys_in_item + (t.row0 - it.w.row_begin), s, sizeof(float) * t.n);
       }
-      recs[rr] = it.record(a, r);
-      probs[rr] = s;
-      if (softmax_step(recs[rr], s, t, &alpha[rr])) {
+      b.recs[row] = it.record(a, r);
+      b.probs[row] = s;
+      if (softmax_step(b.recs[row], s, t, &b.alpha[row])) {
         any = true;
       } else {
         std::memset(s, 0, sizeof(float) * t.n);
-        alpha[rr] = 1.f;
+        b.alpha[row] = 1.f;
       }
     }
-    if (any) accumulate(recs, probs, alpha, rows, t, it.dim, cv, ar.rank_pad);
+    return any;
+  }
+
+  // acc = alpha acc + P.X over block rows [first, last) for X the tile's rows `x`, width wide
+  // at `offset` floats into each record, four rows at a time (each X row loaded once per four).
+  template <class Rows>
+  static void block_axpy(Block& b, int64_t first, int64_t last, int64_t offset, int64_t width, const Rows& x,
+                         int64_t n) {
+    float* acc[4];
+    for (int64_t r0 = first; r0 < last; r0 += 4) {
+      const int64_t rows = last - r0 < 4 ? last - r0 : 4;
+      for (int64_t r = 0; r < rows; ++r) acc[r] = b.recs[r0 + r] + offset;
+      O::axpy_multi(acc, b.alpha + r0, b.probs + r0, rows, width, x, n);
+    }
+  }
+
+  // acc_v = alpha acc_v + P.V for the block's rows; then acc_c = alpha acc_c + P.C_v for the
+  // rows of agents with a v residual, the C tile loaded once for consecutive rows whose
+  // agents read the same C rows (a shared-A group).
+  static void block_accumulate(const Item& it, const Scratch& sc, const Tile& t, Block& b) {
+    block_axpy(b, 0, b.rows, kRecordHeader, it.dim, RowPtrs{t.v}, t.n);
+    if (!it.shared) return;  // private rows carry no residual
+    const LowRankStream* loaded = nullptr;
+    for (int64_t first = 0; first < b.rows;) {
+      const LowRankStream& v = it.p.agents[b.agent[first]].v;
+      int64_t last = first + 1;
+      while (last < b.rows && (b.agent[last] == b.agent[first] ||
+                               (it.p.agents[b.agent[last]].v.rank > 0 && v.rank > 0 &&
+                                same_residual_rows(it, v, it.p.agents[b.agent[last]].v, t)))) {
+        ++last;
+      }
+      if (v.rank > 0) {
+        if (!loaded || !same_residual_rows(it, *loaded, v, t)) {
+          it.w.residual_bytes += load_residual(it, v, t, sc.cv);
+          loaded = &v;
+        }
+        const int64_t rank_pad = round_up(v.rank, 16);
+        block_axpy(b, first, last, kRecordHeader + it.dim, rank_pad, Strided{sc.cv, rank_pad}, t.n);
+      }
+      first = last;
+    }
+  }
+
+  // Agents [begin, end) of the item against the tile with keys kt, in blocks of up to
+  // kBlockRows of their rows (consecutive item rows); an agent that sees no row of the tile
+  // is left out, and ends a block.
+  static void attend_agents(const Item& it, int64_t begin, int64_t end, const float* kt, const Scratch& sc,
+                            const Tile& t) {
+    Block b;
+    auto run_block = [&]() {
+      if (b.rows > 0 && block_softmax(it, kt, sc, t, b)) block_accumulate(it, sc, t, b);
+      b.rows = 0;
+    };
+    for (int64_t a = begin; a < end; ++a) {
+      if (!agent_reads_tile(it, a, t)) {
+        run_block();
+        continue;
+      }
+      const int64_t n = it.plan.agent_rows[a].num_rows;
+      for (int64_t r = 0; r < n; ++r) {
+        if (b.rows == 0) b.first = it.row_offset(a) + r;
+        b.agent[b.rows] = a;
+        b.row_in_agent[b.rows] = r;
+        if (++b.rows == kBlockRows) run_block();
+      }
+    }
+    run_block();
   }
 
   static void load_queries(const Item& it, const Scratch& sc) {
@@ -388,21 +475,19 @@ struct FusedAttention {
       const int64_t n = w.row_end - row0 < T ? w.row_end - row0 : T;
       w.base_bytes += load_tile(it, row0, n, true, sc, t);
       if (row0 + T < w.row_end) prefetch_tile(it, row0 + T, w.row_end - row0 - T < T ? w.row_end - row0 - T : T);
-      for (int64_t a = it.agent_begin; a < it.agent_end; ++a) {
-        if (!agent_reads_tile(it, a, t)) continue;
-        const AgentAttention& ag = it.p.agents[a];
-        const AgentRows& ar = plan.agent_rows[a];
-        const float* kt = agent_keys(it, a, sc, t, &w.residual_bytes);
-        const float* cv = nullptr;
-        if (it.shared && ag.v.rank > 0) {
-          w.residual_bytes += load_residual(it, ag.v, t, sc.cv);
-          cv = sc.cv;
+      // Runs of agents on the base keys as blocks over all of them; an agent with keys of
+      // its own alone.
+      for (int64_t a = it.agent_begin; a < it.agent_end;) {
+        if (own_keys(it, a)) {
+          if (agent_reads_tile(it, a, t)) attend_agents(it, a, a + 1, agent_keys(it, a, sc, t, &w.residual_bytes), sc, t);
+          ++a;
+          continue;
         }
-        const float* q = sc.q + it.row_offset(a) * it.dim;
-        for (int64_t r0 = 0; r0 < ar.num_rows; r0 += kScoreRows) {
-          const int64_t rows = ar.num_rows - r0 < kScoreRows ? ar.num_rows - r0 : kScoreRows;
-          attend_rows(it, a, r0, rows, q, kt, cv, sc, t);
-        }
+        int64_t end = a + 1;
+        bool read = agent_reads_tile(it, a, t);
+        for (; end < it.agent_end && !own_keys(it, end); ++end) read = read || agent_reads_tile(it, end, t);
+        if (read) attend_agents(it, a, end, base_keys(it, sc, t), sc, t);  // base keys built only when read
+        a = end;
       }
     }
   }

@@ -195,6 +195,43 @@ Plan build_plan(const LoraAttentionParams& p, int64_t num_threads, PlanStorage& 
   return plan;
 }
 
+namespace {
+
+// Everything build_plan reads of a call besides pointers, in a fixed order.
+void plan_shape(const LoraAttentionParams& p, int64_t num_threads, std::vector<int64_t>& out) {
+  out.clear();
+  out.insert(out.end(), {num_threads, p.num_heads, p.num_kv_heads, p.head_dim, p.num_bases, p.num_agents,
+                         static_cast<int64_t>(p.mass)});
+  for (int64_t b = 0; b < p.num_bases; ++b) {
+    out.push_back(p.bases[b].num_agents);
+    for (int64_t h = 0; h < p.num_kv_heads; ++h) out.push_back(lane_rows(p.bases[b].rows, h));
+  }
+  for (int64_t a = 0; a < p.num_agents; ++a) {
+    const AgentAttention& ag = p.agents[a];
+    out.insert(out.end(), {ag.num_queries, ag.v.rank, ag.k.rank});
+    for (int64_t h = 0; h < p.num_kv_heads; ++h) out.push_back(lane_rows(ag.private_rows, h));
+  }
+}
+
+}  // namespace
+
+bool plan_for_call(const LoraAttentionParams& p, int64_t num_threads, PlanStorage& s, Plan& plan) {
+  plan_shape(p, num_threads, s.next_shape);
+  const bool reuse = !s.shape.empty() && s.next_shape == s.shape;
+  if (reuse) {
+    for (WorkItem& w : s.items) w.base_bytes = w.residual_bytes = 0;
+    std::fill(s.mass_bytes.begin(), s.mass_bytes.end(), 0);
+    ++s.reused;
+  } else {
+    s.plan = build_plan(p, num_threads, s);
+    s.shape.swap(s.next_shape);
+    ++s.built;
+  }
+  plan = s.plan;
+  plan.params = &p;
+  return reuse;
+}
+
 float* thread_scratch(PlanStorage& s, int64_t t) { return s.scratch + t * s.scratch_floats; }
 const int32_t* item_order(const PlanStorage& s) { return s.order.data(); }
 int64_t* mass_bytes(PlanStorage& s) { return s.mass_bytes.data(); }

@@ -15,6 +15,8 @@ namespace lorakv::kernels::cpu {
 // of its base. 64 float32 keys of head_dim 128 are 32 KiB each for K and V.
 inline constexpr int64_t kTileKeys = 64;
 inline constexpr int64_t kMaxHeadDim = 256;
+// Query rows (of several agents and heads) computed together against one tile.
+inline constexpr int64_t kBlockRows = 24;
 // Floats before a partial record's accumulators (m, l, padding to 64 bytes).
 inline constexpr int64_t kRecordHeader = 16;
 
@@ -75,7 +77,7 @@ static constexpr int64_t scratch_floats_needed(int64_t head_dim, int64_t max_ite
   return max_item_rows * head_dim                                     // queries, float32, scaled
          + 6 * kTileKeys * head_dim                                   // K as float, K rotated, K^T, agent K, agent K^T, V
          + 2 * kTileKeys * round_up(kMaxLoraAttentionRank, 16)        // C_v, C_k tiles
-         + 12 * kTileKeys                                             // scores of a row block
+         + kBlockRows * kTileKeys                                     // scores of a row block
          + 16;                                                        // 64-byte alignment
 }
 

@@ -26,6 +26,15 @@ struct PlanStorage {
   float* scratch = nullptr;
   int64_t scratch_floats = 0;
   int64_t num_threads = 1;
+  // The shape the plan was made for (plan_shape) and the plan; empty: none yet.
+  std::vector<int64_t> shape;
+  std::vector<int64_t> next_shape;  // the call's shape, compared with `shape`
+  Plan plan;
+  int64_t built = 0, reused = 0;
 };
+
+// The plan of a checked call: the stored one, its counters reset, when the call's shape is
+// the one it was made for (returns true), else a new one built into `storage` (false).
+bool plan_for_call(const LoraAttentionParams& params, int64_t num_threads, PlanStorage& storage, Plan& plan);
 
 }  // namespace lorakv::kernels::cpu

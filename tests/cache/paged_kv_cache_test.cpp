@@ -190,6 +190,67 @@ TEST(PagedKvCache, WriteBaseRefusesBadShapesAndLayers) {
   f.cache.write_base(f.slots, 0, k, k);  // the right shape still goes in
 }
 
+// An engine step's base rows as one scatter per lane: three appends to three sequences, their
+// rows at places of one batch (not in order, with rows between that no append owns), land
+// where each append's own write_base puts them; with and without per-head token sets, float32
+// and int8 pools.
+TEST(PagedKvCache, BatchWriteEqualsEachAppendsOwnWrite) {
+  for (int64_t hpg : {1, 3}) {
+    for (StorageDtype dtype : {StorageDtype::kFloat32, StorageDtype::kInt8}) {
+      PagedKvCache batched(config(hpg, dtype)), each(config(hpg, dtype));
+      const std::vector<std::vector<int32_t>> tokens = {{5, 6, 7}, {8}, {9, 10}};
+      const std::vector<int64_t> first_rows = {4, 0, 1};  // rows 3 and 7 of the batch are no one's
+      const at::Tensor k = at::randn({8, 3, 4}), v = at::randn({8, 3, 4});
+      std::vector<AppendSlots> slots_b, slots_e;
+      for (int32_t i = 0; i < 3; ++i) {
+        for (PagedKvCache* c : {&batched, &each}) {
+          c->create_sequence(SeqId(i + 1), ContentKey::base(dtype));
+          std::optional<AppendSlots> s = c->append(SeqId(i + 1), {tokens[static_cast<size_t>(i)], kA, {}});
+          ASSERT_TRUE(s);
+          (c == &batched ? slots_b : slots_e).push_back(*s);
+        }
+      }
+      std::vector<BatchAppend> appends;
+      for (size_t i = 0; i < 3; ++i) appends.push_back({&slots_b[i], first_rows[i]});
+      const BatchWritePlan plan = batched.plan_batch_writes(appends);
+      for (int64_t layer = 0; layer < 2; ++layer) {
+        batched.write_batch_base(plan, layer, k, v);
+        for (size_t i = 0; i < 3; ++i) {
+          const int64_t n = static_cast<int64_t>(tokens[i].size());
+          each.write_base(slots_e[i], layer, k.narrow(0, first_rows[i], n), v.narrow(0, first_rows[i], n));
+        }
+      }
+      for (int32_t i = 0; i < 3; ++i) {
+        for (int64_t layer = 0; layer < 2; ++layer) {
+          const GatheredRows x = batched.gather_layer(SeqId(i + 1), layer), y = each.gather_layer(SeqId(i + 1), layer);
+          EXPECT_TRUE(at::equal(x.k, y.k) && at::equal(x.v, y.v)) << "sequence " << i + 1 << ", layer " << layer;
+        }
+      }
+      // One append alone on consecutive rows takes no gather and lands the same.
+      const BatchWritePlan one = batched.plan_batch_writes({{&slots_b[0], 4}});
+      EXPECT_FALSE(one.base[0].sources.defined());
+      EXPECT_TRUE(plan.base[0].sources.defined());
+    }
+  }
+}
+
+TEST(PagedKvCache, BatchWriteRefusesBadShapesLayersAndForeignSlots) {
+  OneAppend f;
+  const BatchWritePlan plan = f.cache.plan_batch_writes({{&f.slots, 2}});
+  const at::Tensor k = at::zeros({5, 3, 4});
+  EXPECT_THROW(f.cache.write_batch_base(plan, 0, at::zeros({5, 2, 4}), at::zeros({5, 2, 4})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_batch_base(plan, 0, k, at::zeros({5, 3, 3})), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_batch_base(plan, 0, at::zeros({4, 3, 4}), at::zeros({4, 3, 4})), InvalidArgumentError)
+      << "rows 2..4 of a batch of 4";
+  EXPECT_THROW(f.cache.write_batch_base(plan, 2, k, k), InvalidArgumentError);
+  EXPECT_THROW(f.cache.write_batch_base(BatchWritePlan{}, 0, k, k), InvalidArgumentError);
+  AppendSlots foreign = f.slots;
+  foreign.base.pop_back();
+  EXPECT_THROW(f.cache.plan_batch_writes({{&foreign, 0}}), InvalidArgumentError);
+  EXPECT_THROW(f.cache.plan_batch_writes({{nullptr, 0}}), InvalidArgumentError);
+  f.cache.write_batch_base(plan, 0, k, k);  // the right shape still goes in
+}
+
 TEST(PagedKvCache, WriteResidualRefusesBadShapesAndIndices) {
   OneAppend f;
   // Layer 1 has rank 2; layer 0 has rank 0 (no rows, nothing to check against).

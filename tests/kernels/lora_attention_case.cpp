@@ -62,6 +62,7 @@ std::string CaseSpec::describe() const {
      << k::element_type_name(storage) << ", q " << k::element_type_name(q_dtype) << ", out "
      << k::element_type_name(out_dtype) << ", block " << block_size << ", context " << context << ", bases "
      << num_bases << ", heads/lane " << heads_per_lane << (per_head_residual ? ", per-head C" : "")
+     << (residuals_in_one_pool ? ", C streams in one pool" : "")
      << (evicted ? ", evicted" : "") << (shuffled ? ", shuffled" : "") << (keys_before_rope ? ", pre-RoPE keys" : "")
      << (compact_rope ? ", compact RoPE" : "") << (rope_from_row ? " by row" : "") << (hadamard ? ", Hadamard" : "") << (random_query_positions ? ", random query positions" : "")
      << ", window " << window << ", mass " << static_cast<int>(mass) << ", agents [";
@@ -249,7 +250,13 @@ LoraAttentionCase::Residual LoraAttentionCase::draw_residual(int64_t base, int64
   }
   std::vector<int64_t> row = spec_.per_head_residual ? std::vector<int64_t>{hpl_, rank} : std::vector<int64_t>{rank};
   Residual r;
-  r.pool = &new_pool(false, blocks, bs, row);
+  if (spec_.residuals_in_one_pool) {  // one pool per rank, blocks for every agent's stream
+    Pool*& pool = residual_pools_[rank];
+    if (!pool) pool = &new_pool(false, blocks * static_cast<int64_t>(spec_.agents.size()), bs, row);
+    r.pool = pool;
+  } else {
+    r.pool = &new_pool(false, blocks, bs, row);
+  }
   r.lanes = &place(*r.pool, counts);
   for (size_t l = 0; l < counts.size(); ++l) {
     std::vector<int64_t> shape{counts[l]};
@@ -428,12 +435,14 @@ void LoraAttentionCase::reset_outputs() {
   }
 }
 
-void LoraAttentionCase::run(std::optional<cpu::VectorPath> path, int64_t threads, k::LoraAttentionStats* stats) {
+void LoraAttentionCase::run(std::optional<cpu::VectorPath> path, int64_t threads, k::LoraAttentionStats* stats,
+                            k::LoraAttentionPlan* plan) {
   reset_outputs();
   k::LoraAttentionParams p = params();
   p.vector_path = path;
   p.num_threads = threads;
   p.stats = stats;
+  p.plan = plan;
   k::lora_attention(p);
 }
 

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,7 @@ struct CaseSpec {
   int64_t num_bases = 1;
   int64_t heads_per_lane = 0;       // 0: all KV heads share one token set
   bool per_head_residual = false;   // C rows hold one C per KV head of the lane
+  bool residuals_in_one_pool = false;  // every C stream of a rank in one pool (as cache/ keeps them), else a pool each
   bool evicted = false;             // lanes keep a random ~70% of rows: gaps, different per lane
   bool shuffled = false;            // rows out of position order
   bool keys_before_rope = false;
@@ -73,7 +75,8 @@ class LoraAttentionCase {
   const CaseSpec& spec() const { return spec_; }
   // The views (valid while this object lives). vector_path, threads and stats left unset.
   kernels::LoraAttentionParams params() const;
-  void run(std::optional<cpu::VectorPath> path, int64_t threads = 0, kernels::LoraAttentionStats* stats = nullptr);
+  void run(std::optional<cpu::VectorPath> path, int64_t threads = 0, kernels::LoraAttentionStats* stats = nullptr,
+           kernels::LoraAttentionPlan* plan = nullptr);
 
   // Outputs of the last run (every output is NaN before a run), per agent (float32 copies).
   at::Tensor out(int64_t agent) const { return outs_[agent].to(at::kFloat); }
@@ -129,6 +132,7 @@ class LoraAttentionCase {
   std::vector<std::vector<kernels::LaneRows>*> shared_lanes_;
   std::vector<std::vector<LaneData>> private_data_;  // per agent, per lane
   std::vector<Residual> v_res_, k_res_;              // per agent
+  std::map<int64_t, Pool*> residual_pools_;          // per rank, with residuals_in_one_pool
   std::vector<std::vector<at::Tensor>> k_delta_;     // per agent (k_as_delta), per lane: float [N, hpl, D] as stored
   std::vector<at::Tensor> b_v_, b_k_;                // per agent, float [kv_heads, r, D]
   std::vector<at::Tensor> q_, q_positions_, outs_, lses_, shared_mass_, private_mass_;

@@ -52,6 +52,27 @@ TEST(LoraAttentionStats, EightAgentsLoadEachBaseTileOnceAsOneAgentDoes) {
   }
 }
 
+// Eight agents of a shared-A group (base_lr_shared) read one C: each C tile is loaded once for
+// all of them, as for one agent; eight agents on C streams of their own in one pool (as
+// cache/ keeps base_shared's) load eight.
+TEST(LoraAttentionStats, AgentsOfASharedAGroupLoadTheirCOnce) {
+  for (int64_t threads : {1, 2}) {
+    CaseSpec shared = decode_spec(8, ElementType::kFloat32);
+    for (size_t i = 1; i < shared.agents.size(); ++i) shared.agents[i].shares_a_with = 0;
+    CaseSpec own = decode_spec(8, ElementType::kFloat32);
+    own.residuals_in_one_pool = true;
+    kernels::LoraAttentionStats one, group, separate;
+    LoraAttentionCase c1(decode_spec(1, ElementType::kFloat32)), cs(shared), co(own);
+    c1.run(std::nullopt, threads, &one);
+    cs.run(std::nullopt, threads, &group);
+    co.run(std::nullopt, threads, &separate);
+    EXPECT_EQ(group.residual_bytes_read, one.residual_bytes_read) << threads << " threads";
+    EXPECT_EQ(separate.residual_bytes_read, 8 * one.residual_bytes_read) << threads << " threads";
+    EXPECT_EQ(compare_with_reference(cs, tolerance_for(shared)), "");
+    EXPECT_EQ(compare_with_reference(co, tolerance_for(own)), "");
+  }
+}
+
 TEST(LoraAttentionStats, MassCountsItsSecondPassApart) {
   CaseSpec s = decode_spec(2, ElementType::kFloat32);
   s.mass = kernels::AttentionMass::kSumOverAgents;

@@ -370,6 +370,77 @@ TEST(LoraAttention, AttentionMassFromTheLastQueriesOnly) {
   }
 }
 
+// The shapes of an engine's shared decode step: the agents of a base go through each tile in
+// blocks of query rows across agents and heads (kernels/cpu/lora_attention_impl.h, Block),
+// with one C tile for consecutive agents that read the same C rows.
+TEST(LoraAttention, AgentsOfATileAsBlocksAcrossAgentsAndHeads) {
+  CaseSpec shared_a;  // base_lr_shared: eight agents on one C, each its own B
+  shared_a.seed = 160;
+  shared_a.heads = 9;
+  shared_a.kv_heads = 3;
+  shared_a.context = 300;
+  shared_a.agents = {agent(1, 8, 0)};
+  for (int i = 1; i < 8; ++i) shared_a.agents.push_back(agent(1, 8, 0, 2, /*shares_a_with=*/0));
+  expect_matches_on_every_path(shared_a);
+
+  CaseSpec own_c = shared_a;  // base_shared: each agent its own C, in one pool as cache/ keeps them
+  own_c.seed = 161;
+  own_c.residuals_in_one_pool = true;
+  for (AgentSpec& a : own_c.agents) a.shares_a_with = -1;
+  expect_matches_on_every_path(own_c);
+  own_c.residuals_in_one_pool = false;  // and a pool each
+  expect_matches_on_every_path(own_c);
+
+  // More rows than one block, runs broken by an agent with keys of its own (K-LoRA, key
+  // deltas), C runs broken by agents without a v residual or on another C, prefill rows.
+  CaseSpec mixed = shared_a;
+  mixed.seed = 162;
+  mixed.agents = {agent(3, 8, 0),           agent(1, 8, 0, 0, 0), agent(1, 0, 0, 4),    agent(1, 8, 0, 0, 0),
+                  agent(2, 8, 4, 0),         agent(1, 8, 0, 0, 0), agent(5, 16, 0, 3),   agent(1, 16, 0, 0, 6),
+                  agent(1, 8, 0, 0, 0),      agent(1, 8, 0),       agent(4, 8, 0, 2, 0), agent(1, 0, 0)};
+  mixed.agents[4].k_as_delta = true;
+  mixed.residuals_in_one_pool = true;
+  expect_matches_on_every_path(mixed);
+}
+
+// Agents of a shared-A group whose C views are separate lane tables with the same block ids
+// (as an engine builds them, one view per agent) read one C tile; a table with other ids
+// does not pass for the same rows.
+TEST(LoraAttention, SharedCRecognisedByItsBlockIds) {
+  CaseSpec s;
+  s.seed = 163;
+  s.heads = 9;
+  s.kv_heads = 3;
+  s.context = 200;
+  s.agents = {agent(1, 8, 0), agent(1, 8, 0, 0, 0), agent(1, 8, 0, 0, 0)};
+  LoraAttentionCase c(s);
+  kernels::LoraAttentionStats together;
+  c.run(std::nullopt, 1, &together);
+  ASSERT_EQ(compare_with_reference(c, tolerance_for(s)), "");
+
+  // Agent 1 gets a copy of the lane tables: same ids, other arrays.
+  const kernels::LaneRows* lanes = c.agents()[1].v.c_lanes;
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<kernels::LaneRows> copy;
+  const int64_t num_lanes = 1;  // every KV head in one token set (heads_per_lane unset)
+  for (int64_t l = 0; l < num_lanes; ++l) {
+    const int64_t n = (lanes[l].num_rows + c.agents()[1].v.c_storage->block_size - 1) / c.agents()[1].v.c_storage->block_size;
+    blocks.emplace_back(lanes[l].blocks, lanes[l].blocks + n);
+  }
+  for (int64_t l = 0; l < num_lanes; ++l) {
+    copy.push_back(lanes[l]);
+    copy.back().blocks = blocks[static_cast<size_t>(l)].data();
+  }
+  c.agents()[1].v.c_lanes = copy.data();
+  for (cpu::VectorPath path : runnable_paths()) {
+    kernels::LoraAttentionStats copied;
+    c.run(path, 1, &copied);
+    EXPECT_EQ(copied.residual_bytes_read, together.residual_bytes_read) << "the copy's C is loaded again";
+    EXPECT_EQ(compare_with_reference(c, tolerance_for(s)), "") << cpu::vector_path_name(path);
+  }
+
+}
+
 TEST(LoraAttention, LongContextIsSplitAcrossThreads) {
   CaseSpec s;
   s.seed = 150;

@@ -150,6 +150,13 @@ TEST_F(EngineEvictionScoring, PyramidKvKeepsEachLayersOwnBudget) {
     EXPECT_EQ(lane.front(), 0) << "sink";
     EXPECT_EQ(lane.back(), 119) << "window";
   }
+  // The layers now hold different rows: the kernel plans once per shape, twice in a step.
+  engine.append(ctx, random_tokens(1, 50));
+  StepWork next;
+  next.reader = {ctx, 0};
+  const StepResult step = engine.step({next});
+  ASSERT_TRUE(step.ok);
+  EXPECT_EQ(step.stats.kernel_plans, 2);
   pyramid.layer_weights = {1, 2, 3};
   EXPECT_THROW(engine.create_context({SharingMode::kFull, SharedWriter::kFirst, pyramid}, {nullptr}), ConfigError)
       << "three weights for two layers";

@@ -352,6 +352,7 @@ TEST_F(EngineModes, ContextChunksRunBesideOtherReadersDecodeSteps) {
   const at::Tensor chunk = alone.step({context_work({a2, 1})}).outputs[0].logits;
   const at::Tensor other = alone.step({context_work({b2, 0})}).outputs[0].logits;
   EXPECT_EQ(mixed.outputs[1].tokens_processed, 9);
+  EXPECT_EQ(mixed.stats.kernel_plans, 1) << "every layer has the step's shape: one kernel plan for the step";
   EXPECT_LT(max_diff(mixed.outputs[0].logits, decode), kTolerance);
   EXPECT_LT(max_diff(mixed.outputs[1].logits, chunk), kTolerance);
   EXPECT_LT(max_diff(mixed.outputs[2].logits, other), kTolerance);
