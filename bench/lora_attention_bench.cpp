@@ -10,7 +10,9 @@
 //   fused_kdelta   (a) with each agent's K delta stored at full width instead of expanded
 //   fused_prerope  (a) with base keys stored before RoPE, rotated on chip
 //   fused_base / sdpa_base (d), one agent without adapter: the kernel and SDPA on the same rows
-//   fused_int8 / fused_base_int8  (a) and (d) over an int8 copy of the base (float32 rows only),
+//   fused_shared_a (a) with every agent reading one C (a shared-A group, base_lr_shared)
+//   fused_int8 / fused_base_int8 / fused_shared_a_int8  (a), (d) and the shared-A group over an
+//                  int8 copy of the base (float32 rows only),
 //                  in the same repetitions: int8 reads a quarter of the bytes, converts on chip
 // The KV footprint is cycled over enough layers' buffers to exceed the last-level cache, so
 // the figures are memory-bound as in a real step (each variant cycles its own buffers: N full
@@ -314,8 +316,10 @@ struct Bench {
     kernels::SharedBase base;
     kernels::LoraAttentionParams params;
   };
+  // shared_a: every agent reads agent 0's C rows with its own B (a shared-A group, as in
+  // base_lr_shared); else each its own C (base_shared).
   Call call(int64_t l, int64_t first, int64_t count, bool adapters, bool k_lora, bool prerope,
-            kernels::AttentionMass mass_mode, bool k_delta = false) {
+            kernels::AttentionMass mass_mode, bool k_delta = false, bool shared_a = false) {
     Call c;
     Layer& L = data[l];
     const Shape& s = cfg.shape;
@@ -327,7 +331,8 @@ struct Bench {
       ag.q_row_stride = s.heads * s.dim;
       ag.q_head_stride = s.dim;
       ag.q_positions = q_positions[a].data_ptr<int64_t>();
-      const kernels::LowRankStream stream{cfg.rank, &L.c_storage[a], &L.c_lane[a], b[a].data_ptr<float>(), cfg.rank * s.dim, s.dim};
+      const int64_t c_of = shared_a ? 0 : a;
+      const kernels::LowRankStream stream{cfg.rank, &L.c_storage[c_of], &L.c_lane[c_of], b[a].data_ptr<float>(), cfg.rank * s.dim, s.dim};
       if (adapters) ag.v = stream;
       if (k_lora) ag.k = stream;
       if (k_delta) ag.k_delta = {&L.kd_storage[static_cast<size_t>(a)], &L.lane};
@@ -401,11 +406,11 @@ std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_s
   std::map<std::string, kernels::LoraAttentionStats*> stats_of;
   using Mass = kernels::AttentionMass;
   auto fused = [&](const std::string& name, bool adapters, bool k_lora, bool prerope, Mass mass, bool k_delta,
-                   int64_t layers) {
+                   int64_t layers, bool shared_a = false) {
     kernels::LoraAttentionStats* st = &stats.emplace_back();
     stats_of[name] = st;
-    vs.push_back({name, layers, [&bn, st, n, adapters, k_lora, prerope, mass, k_delta](int64_t l) {
-                    Bench::Call c = bn.call(l, 0, n, adapters, k_lora, prerope, mass, k_delta);
+    vs.push_back({name, layers, [&bn, st, n, adapters, k_lora, prerope, mass, k_delta, shared_a](int64_t l) {
+                    Bench::Call c = bn.call(l, 0, n, adapters, k_lora, prerope, mass, k_delta, shared_a);
                     Bench::run(c, st);
                   },
                   0, flops_of(cfg, n, adapters, k_lora || k_delta)});
@@ -418,6 +423,7 @@ std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_s
                   double(bn.layer_bytes()), flops_of(cfg, 1, false, false)});
   }
   fused("fused", true, false, false, Mass::kNone, false, bn.layers);
+  if (n > 1) fused("fused_shared_a", true, false, false, Mass::kNone, false, bn.layers, true);
   fused("fused_mass", true, false, false, Mass::kSumOverAgents, false, bn.layers);
   fused("fused_klora", true, true, false, Mass::kNone, false, bn.layers);
   fused("fused_kdelta", true, false, false, Mass::kNone, true, bn.sdpa_layers);
@@ -453,17 +459,18 @@ std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_s
     bn8.cfg = cfg;
     bn8.cfg.dtype = ElementType::kInt8;
     bn8.build(footprint);
-    auto fused8 = [&](const std::string& name, bool adapters) {
+    auto fused8 = [&](const std::string& name, bool adapters, bool shared_a) {
       kernels::LoraAttentionStats* st = &stats.emplace_back();
       stats_of[name] = st;
-      vs.push_back({name, bn8.layers, [&bn8, st, n, adapters](int64_t l) {
-                      Bench::Call c = bn8.call(l, 0, n, adapters, false, false, Mass::kNone);
+      vs.push_back({name, bn8.layers, [&bn8, st, n, adapters, shared_a](int64_t l) {
+                      Bench::Call c = bn8.call(l, 0, n, adapters, false, false, Mass::kNone, false, shared_a);
                       Bench::run(c, st);
                     },
                     0, flops_of(cfg, n, adapters, false)});
     };
-    if (n == 1) fused8("fused_base_int8", false);
-    fused8("fused_int8", true);
+    if (n == 1) fused8("fused_base_int8", false, false);
+    fused8("fused_int8", true, false);
+    if (n > 1) fused8("fused_shared_a_int8", true, true);
   }
   if (!only.empty()) {
     vs.erase(std::remove_if(vs.begin(), vs.end(),

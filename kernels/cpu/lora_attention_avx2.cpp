@@ -22,6 +22,7 @@ struct Vec {
   static constexpr int kAccRegs = 12;    // P.V and P.C accumulators (with a load and 3 broadcasts: 16)
   static constexpr int kExpandRegs = 2;  // K-LoRA expansion of four keys: 8 accumulators
   static constexpr bool kHasTranspose = true;
+  static constexpr int kRegs = 16;
   // dst[i * dst_stride + j] = rows[j][d0 + i] for an 8 x 8 block.
   static void transpose(const float* const* rows, int64_t d0, float* dst, int64_t dst_stride) {
     __m256 r[8], t[8];
@@ -57,6 +58,10 @@ struct Vec {
   static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
   static R max(R a, R b) { return _mm256_max_ps(a, b); }
+  // x where a >= b, else -inf (the wide path's causal mask).
+  static R keep_if_ge(R x, R a, R b) {
+    return _mm256_blendv_ps(_mm256_set1_ps(-__builtin_inff()), x, _mm256_cmp_ps(a, b, _CMP_GE_OQ));
+  }
   static float hmax(R a) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));

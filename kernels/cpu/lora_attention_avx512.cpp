@@ -23,6 +23,7 @@ struct Vec {
   static constexpr int kAccRegs = 16;    // P.V and P.C accumulators of 32 registers
   static constexpr int kExpandRegs = 2;  // K-LoRA expansion of four keys: 8 accumulators (32 dims)
   static constexpr bool kHasTranspose = true;
+  static constexpr int kRegs = 32;
   // dst[i * dst_stride + j] = rows[j][d0 + i] for a 16 x 16 block.
   static void transpose(const float* const* rows, int64_t d0, float* dst, int64_t dst_stride) {
     __m512 r[16], t[16];
@@ -66,6 +67,10 @@ struct Vec {
   static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static R max(R a, R b) { return _mm512_max_ps(a, b); }
+  // x where a >= b, else -inf (the wide path's causal mask).
+  static R keep_if_ge(R x, R a, R b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GE_OQ), _mm512_set1_ps(-__builtin_inff()), x);
+  }
   static float hmax(R a) { return _mm512_reduce_max_ps(a); }
   static float hsum(R a) { return _mm512_reduce_add_ps(a); }
   // Cephes expf: 2^n * p(r), r = x - n ln2; exactly 0 below -87 (and for -inf).

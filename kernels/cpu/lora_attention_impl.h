@@ -23,6 +23,7 @@ namespace lorakv::kernels::cpu {
 template <class V>
 struct FusedAttention {
   using O = Ops<V>;
+  using R = typename V::R;
   static constexpr int64_t T = kTileKeys;
   static constexpr int64_t kScoreRows = 4;  // query rows per score register block
   static constexpr int32_t kHiddenPosition = INT32_MAX;  // above every query: masked
@@ -36,11 +37,14 @@ struct FusedAttention {
     float* v_conv;    // [T][dim] base values as float32 (bfloat16 storage)
     float* cv;        // [T][rank_pad] C_v tile
     float* ck;        // [T][rank_pad] C_k tile
-    float* s;         // [kBlockRows][T] scores, then probabilities
+    float* s;         // scores, then probabilities: [kBlockRows][T], or wide [T][rows_pad]
+    float* qpos;      // [wide_rows(kBlockRows)] a wide block's query positions
     float* q;         // [item rows][dim] queries, float32, times the softmax scale
+    float* qt;        // [dim][qt_stride] the same transposed (the wide path)
+    int64_t qt_stride;
   };
 
-  static Scratch carve(float* base, int64_t dim) {
+  static Scratch carve(float* base, int64_t dim, int64_t max_rows) {
     float* p = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
     const int64_t tile = T * dim, rank_tile = T * round_up(kMaxLoraAttentionRank, 16);
     Scratch s;
@@ -53,7 +57,10 @@ struct FusedAttention {
     s.cv = s.v_conv + tile;
     s.ck = s.cv + rank_tile;
     s.s = s.ck + rank_tile;
-    s.q = s.s + kBlockRows * T;
+    s.qpos = s.s + T * wide_rows(kBlockRows);
+    s.q = s.qpos + wide_rows(kBlockRows);
+    s.qt = s.q + max_rows * dim;
+    s.qt_stride = wide_rows(max_rows);
     return s;
   }
 
@@ -106,6 +113,7 @@ struct FusedAttention {
     int32_t pos[T];
     int32_t rope[T];
     const float* kt_base = nullptr;  // built on first use
+    bool k_rotated = false;          // keys before RoPE: rotated into k_rot (first use)
   };
 
   struct RowPtrs {
@@ -129,6 +137,7 @@ struct FusedAttention {
     t.n = n;
     t.keys_pad = round_up(n, V::kScoreRegs * V::kW);
     t.kt_base = nullptr;
+    t.k_rotated = false;
     int64_t lo = 0, hi = 0;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t i = row0 + j;
@@ -142,9 +151,13 @@ struct FusedAttention {
                                              : stored;
       lo = j == 0 || t.pos[j] < lo ? t.pos[j] : lo;
       hi = j == 0 || t.pos[j] > hi ? t.pos[j] : hi;
-      if (f32) {
-        t.k[j] = static_cast<const float*>(st.k) + off;
-        if (need_v) t.v[j] = static_cast<const float*>(st.v) + off;
+      if (f32) {  // copied into the tile: the products then read L1, not rows a pool stride apart
+        O::copy_row(static_cast<const float*>(st.k) + off, dim, sc.k_conv + j * dim);
+        t.k[j] = sc.k_conv + j * dim;
+        if (need_v) {
+          O::copy_row(static_cast<const float*>(st.v) + off, dim, sc.v_conv + j * dim);
+          t.v[j] = sc.v_conv + j * dim;
+        }
       } else {
         const int64_t scale_at = slot * st.scale_row_stride + it.head_in_lane;
         O::load_row(st.k, st.dtype, off, dim, i8 ? st.k_scales[scale_at] : 1.f, sc.k_conv + j * dim);
@@ -184,18 +197,25 @@ struct FusedAttention {
   static const float* cos_row(const Item& it, int32_t pos) { return it.p.rope_cos + pos * (it.dim / 2); }
   static const float* sin_row(const Item& it, int32_t pos) { return it.p.rope_sin + pos * (it.dim / 2); }
 
+  // Keys stored before RoPE: the tile's keys rotated, rows [T][dim] in k_rot (once per tile).
+  static const float* rotated_keys(const Item& it, const Scratch& sc, Tile& t) {
+    if (t.k_rotated) return sc.k_rot;
+    for (int64_t j = 0; j < t.n; ++j) {
+      float* x = sc.k_rot + j * it.dim;
+      std::memcpy(x, t.k[j], sizeof(float) * it.dim);
+      O::rotate(x, it.dim, cos_row(it, t.rope[j]), sin_row(it, t.rope[j]));
+    }
+    t.k_rotated = true;
+    return sc.k_rot;
+  }
+
   // The base keys of the tile, transposed ([dim][T]), rotated first when stored before RoPE.
   static const float* base_keys(const Item& it, const Scratch& sc, Tile& t) {
     if (t.kt_base) return t.kt_base;
     if (!it.st.keys_before_rope) {
       O::transpose(RowPtrs{t.k}, t.n, it.dim, sc.kt_base);
     } else {
-      for (int64_t j = 0; j < t.n; ++j) {
-        float* x = sc.k_rot + j * it.dim;
-        std::memcpy(x, t.k[j], sizeof(float) * it.dim);
-        O::rotate(x, it.dim, cos_row(it, t.rope[j]), sin_row(it, t.rope[j]));
-      }
-      O::transpose(Strided{sc.k_rot, it.dim}, t.n, it.dim, sc.kt_base);
+      O::transpose(Strided{rotated_keys(it, sc, t), it.dim}, t.n, it.dim, sc.kt_base);
     }
     t.kt_base = sc.kt_base;
     return t.kt_base;
@@ -303,19 +323,25 @@ struct FusedAttention {
   }
 
   // Up to kBlockRows consecutive query rows of the item (rows of several agents and heads:
-  // an agent's rows follow the previous agent's) that read the tile with the same keys kt:
-  // the base keys for every agent of a shared item but those with keys of their own
-  // (K-LoRA, stored key deltas), which form blocks alone. Masks and the online-softmax step
-  // are per row; the products against the tile run over the block's rows together, so each
-  // key, value and C row is loaded once for all its agents and heads.
+  // an agent's rows follow the previous agent's) that read the tile with the same keys: the
+  // base keys for every agent of a shared item but those with keys of their own (K-LoRA,
+  // stored key deltas), which form blocks alone. The products against the tile run over the
+  // block's rows together, so each key, value and C row is loaded once for all its agents
+  // and heads. Blocks of at least kWideMinRows rows take the wide path (vector paths): scores
+  // computed transposed, keys by rows in vector lanes, S^T = K Q^T, so the key tile is never
+  // transposed and the online softmax runs down the keys for a register of rows at once (no
+  // horizontal max or sum); smaller blocks score kScoreRows rows against the transposed tile.
   struct Block {
     int64_t first = 0, rows = 0;   // item rows [first, first + rows)
     int64_t agent[kBlockRows];     // each row's agent
     int64_t row_in_agent[kBlockRows];
     float* recs[kBlockRows];
-    const float* probs[kBlockRows];
+    const float* probs[kBlockRows];  // row r's probability of key j at probs[r][j * p_stride]
+    int64_t p_stride = 1;
     float alpha[kBlockRows];
   };
+  static constexpr bool kWide = V::kW >= 8;
+  static constexpr int64_t kWideMinRows = 8;
 
   // Whether agent a reads a shared tile with keys of its own rather than the base keys.
   static bool own_keys(const Item& it, int64_t a) {
@@ -350,6 +376,7 @@ struct FusedAttention {
     }
     const int64_t keys_in_item = it.w.row_end - it.w.row_begin;
     bool any = false;
+    b.p_stride = 1;
     for (int64_t row = 0; row < b.rows; ++row) {
       const int64_t a = b.agent[row], r = b.row_in_agent[row];
       float* s = sc.s + row * T;
@@ -369,6 +396,76 @@ struct FusedAttention {
     return any;
   }
 
+  // The wide path's softmax step for the block (see Block): S^T [keys][rows_pad] in sc.s,
+  // masked by position, then per register of rows the tile's max down the keys, the rescale
+  // factor, the probabilities in place and the new sum, each row's m and l back into its record.
+  template <class Keys>
+  static void wide_softmax(const Item& it, const Keys& keys, const Scratch& sc, const Tile& t, Block& b) {
+    constexpr int64_t W = V::kW;
+    const int64_t nv = (b.rows + W - 1) / W, rp = nv * W;
+    float* st = sc.s;
+    O::scores_t(keys, t.n, it.dim, sc.qt + b.first, sc.qt_stride, nv, st, rp);
+    bool masked = false;
+    for (int64_t row = 0; row < rp; ++row) {
+      const int64_t r = row < b.rows ? row : 0;  // lanes past the block repeat its first row
+      const int64_t q = it.p.agents[b.agent[r]].q_positions[b.row_in_agent[r] / it.group];
+      sc.qpos[row] = static_cast<float>(q);  // exact: positions are far below 2^24
+      masked = masked || q < t.max_pos || (it.p.window > 0 && q - t.min_pos >= it.p.window);
+    }
+    if (masked) {
+      const R window = V::set1(static_cast<float>(it.p.window - 1));
+      for (int64_t j = 0; j < t.n; ++j) {
+        const R key = V::set1(static_cast<float>(t.pos[j]));
+        for (int64_t v = 0; v < nv; ++v) {
+          const R q = V::load(sc.qpos + v * W);
+          R x = V::keep_if_ge(V::load(st + j * rp + v * W), q, key);
+          if (it.p.window > 0) x = V::keep_if_ge(x, window, V::sub(q, key));
+          V::store(st + j * rp + v * W, x);
+        }
+      }
+    }
+    if (it.w.raw_scores) {
+      const int64_t keys_in_item = it.w.row_end - it.w.row_begin;
+      for (int64_t row = 0; row < b.rows; ++row) {
+        float* raw = it.w.raw_scores + (b.first + row) * keys_in_item + (t.row0 - it.w.row_begin);
+        for (int64_t j = 0; j < t.n; ++j) raw[j] = st[j * rp + row];
+      }
+    }
+    alignas(64) float m[W], l[W], alpha[W];
+    for (int64_t v = 0; v < nv; ++v) {
+      for (int64_t i = 0; i < W; ++i) {
+        const int64_t row = v * W + i;
+        if (row < b.rows) b.recs[row] = it.record(b.agent[row], b.row_in_agent[row]);
+        m[i] = row < b.rows ? b.recs[row][0] : O::neg_inf();
+        l[i] = row < b.rows ? b.recs[row][1] : 0.f;
+      }
+      R tile_max = V::set1(O::neg_inf());
+      for (int64_t j = 0; j < t.n; ++j) tile_max = V::max(tile_max, V::load(st + j * rp + v * W));
+      const R m_old = V::load(m), m_new = V::max(m_old, tile_max);
+      // A row that has seen no key keeps m = -inf; shifting by -FLT_MAX instead gives it
+      // probabilities and a factor of 0 (its sums are 0), not NaN.
+      const R shift = V::max(m_new, V::set1(-3.4028235e38f));
+      const R a = V::exp(V::sub(m_old, shift));
+      R sum = V::zero();
+      for (int64_t j = 0; j < t.n; ++j) {
+        const R e = V::exp(V::sub(V::load(st + j * rp + v * W), shift));
+        V::store(st + j * rp + v * W, e);
+        sum = V::add(sum, e);
+      }
+      V::store(m, m_new);
+      V::store(l, V::fma(a, V::load(l), sum));
+      V::store(alpha, a);
+      for (int64_t i = 0; i < W && v * W + i < b.rows; ++i) {
+        const int64_t row = v * W + i;
+        b.recs[row][0] = m[i];
+        b.recs[row][1] = l[i];
+        b.alpha[row] = alpha[i];
+        b.probs[row] = st + row;
+      }
+    }
+    b.p_stride = rp;
+  }
+
   // acc = alpha acc + P.X over block rows [first, last) for X the tile's rows `x`, width wide
   // at `offset` floats into each record, four rows at a time (each X row loaded once per four).
   template <class Rows>
@@ -378,7 +475,7 @@ struct FusedAttention {
     for (int64_t r0 = first; r0 < last; r0 += 4) {
       const int64_t rows = last - r0 < 4 ? last - r0 : 4;
       for (int64_t r = 0; r < rows; ++r) acc[r] = b.recs[r0 + r] + offset;
-      O::axpy_multi(acc, b.alpha + r0, b.probs + r0, rows, width, x, n);
+      O::axpy_multi(acc, b.alpha + r0, b.probs + r0, rows, width, x, n, b.p_stride);
     }
   }
 
@@ -412,11 +509,20 @@ struct FusedAttention {
   // Agents [begin, end) of the item against the tile with keys kt, in blocks of up to
   // kBlockRows of their rows (consecutive item rows); an agent that sees no row of the tile
   // is left out, and ends a block.
-  static void attend_agents(const Item& it, int64_t begin, int64_t end, const float* kt, const Scratch& sc,
-                            const Tile& t) {
+  // kt: the keys transposed, for narrow blocks; keys: the same as rows, for wide ones (the
+  // base keys only: agents with keys of their own go narrow).
+  template <class Keys>
+  static void attend_agents(const Item& it, int64_t begin, int64_t end, const float* kt, const Keys* keys,
+                            const Scratch& sc, Tile& t) {
     Block b;
     auto run_block = [&]() {
-      if (b.rows > 0 && block_softmax(it, kt, sc, t, b)) block_accumulate(it, sc, t, b);
+      if (b.rows == 0) return;
+      bool wide = false;
+      if constexpr (kWide) {
+        wide = keys && b.rows >= kWideMinRows;
+        if (wide) wide_softmax(it, *keys, sc, t, b);
+      }
+      if (wide || block_softmax(it, kt ? kt : base_keys(it, sc, t), sc, t, b)) block_accumulate(it, sc, t, b);
       b.rows = 0;
     };
     for (int64_t a = begin; a < end; ++a) {
@@ -450,6 +556,17 @@ struct FusedAttention {
     }
   }
 
+  // The item's queries transposed for the wide path: qt[d * qt_stride + row], rows past the
+  // item's zero.
+  static void transpose_queries(const Item& it, const Scratch& sc) {
+    const int64_t rows = it.rows_before_end();
+    for (int64_t d = 0; d < it.dim; ++d) {
+      float* dst = sc.qt + d * sc.qt_stride;
+      for (int64_t r = 0; r < rows; ++r) dst[r] = sc.q[r * it.dim + d];
+      for (int64_t r = rows; r < sc.qt_stride; ++r) dst[r] = 0.f;
+    }
+  }
+
   static void init_records(const Item& it) {
     for (int64_t a = it.agent_begin; a < it.agent_end; ++a) {
       const AgentRows& ar = it.plan.agent_rows[a];
@@ -467,9 +584,10 @@ struct FusedAttention {
 
   static void process_item(const Plan& plan, WorkItem& w, float* scratch) {
     const Item it = resolve(plan, w);
-    const Scratch sc = carve(scratch, it.dim);
+    const Scratch sc = carve(scratch, it.dim, plan.max_item_rows);
     init_records(it);
     load_queries(it, sc);
+    if (kWide && it.rows_before_end() >= kWideMinRows) transpose_queries(it, sc);
     Tile t;
     for (int64_t row0 = w.row_begin; row0 < w.row_end; row0 += T) {
       const int64_t n = w.row_end - row0 < T ? w.row_end - row0 : T;
@@ -479,14 +597,27 @@ struct FusedAttention {
       // its own alone.
       for (int64_t a = it.agent_begin; a < it.agent_end;) {
         if (own_keys(it, a)) {
-          if (agent_reads_tile(it, a, t)) attend_agents(it, a, a + 1, agent_keys(it, a, sc, t, &w.residual_bytes), sc, t);
+          if (agent_reads_tile(it, a, t)) {
+            attend_agents(it, a, a + 1, agent_keys(it, a, sc, t, &w.residual_bytes), static_cast<RowPtrs*>(nullptr), sc, t);
+          }
           ++a;
           continue;
         }
         int64_t end = a + 1;
         bool read = agent_reads_tile(it, a, t);
         for (; end < it.agent_end && !own_keys(it, end); ++end) read = read || agent_reads_tile(it, end, t);
-        if (read) attend_agents(it, a, end, base_keys(it, sc, t), sc, t);  // base keys built only when read
+        if (!read) {
+          a = end;
+          continue;
+        }
+        // The base keys as rows for wide blocks; transposed (built on first use) for narrow ones.
+        if (it.st.keys_before_rope) {
+          const Strided rows{rotated_keys(it, sc, t), it.dim};
+          attend_agents(it, a, end, nullptr, &rows, sc, t);
+        } else {
+          const RowPtrs rows{t.k};
+          attend_agents(it, a, end, nullptr, &rows, sc, t);
+        }
         a = end;
       }
     }
@@ -588,7 +719,7 @@ struct FusedAttention {
     if (plan.mass_from_raw_scores) {
       mass_from_scores(it);
     } else {
-      mass_second_pass(it, carve(scratch, it.dim), bytes_read);
+      mass_second_pass(it, carve(scratch, it.dim, plan.max_item_rows), bytes_read);
     }
   }
 

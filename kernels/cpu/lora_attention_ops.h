@@ -52,6 +52,11 @@ struct Ops {
       for (int64_t i = 0; i < n; i += kW) V::store(dst + i, V::mul(V::load_bf16(s + i), m));
     }
   }
+  // dst[0..n) = src[0..n), n a multiple of kW (a library memcpy's start-up costs more than
+  // a row of 64 floats takes).
+  static void copy_row(const float* src, int64_t n, float* dst) {
+    for (int64_t i = 0; i < n; i += kW) V::store(dst + i, V::load(src + i));
+  }
   // Same for any n (residual ranks); the rest up to n_pad is zeroed.
   static void load_row_padded(const void* src, ElementType type, int64_t offset, int64_t n, int64_t n_pad,
                               float* dst) {
@@ -138,6 +143,52 @@ struct Ops {
       for (int v = 0; v < kNv; ++v) V::store(s + r * kTileKeys + j0 + v * kW, acc[r][v]);
   }
 
+  // The wide path's scores, query rows in vector lanes (the keys are never transposed):
+  //   st[j * st_stride + r] = sum_d keys(j)[d] * qt[d * qt_stride + r]
+  // for j < n and r < nv * kW, nv (vectors of rows) 1 to 3.
+  template <class Rows>
+  static void scores_t(const Rows& keys, int64_t n, int64_t dim, const float* qt, int64_t qt_stride, int64_t nv,
+                       float* st, int64_t st_stride) {
+    switch (nv) {
+      case 1: scores_t_rows<1>(keys, n, dim, qt, qt_stride, st, st_stride); break;
+      case 2: scores_t_rows<2>(keys, n, dim, qt, qt_stride, st, st_stride); break;
+      default: scores_t_rows<3>(keys, n, dim, qt, qt_stride, st, st_stride); break;
+    }
+  }
+  // Keys per register block: kJ x kV accumulators, kV query loads and a broadcast in registers.
+  static constexpr int wide_keys(int vectors) {
+    const int keys = (V::kRegs - vectors - 1) / vectors;
+    return keys < 8 ? keys : 8;
+  }
+  template <int kV, class Rows>
+  static void scores_t_rows(const Rows& keys, int64_t n, int64_t dim, const float* qt, int64_t qt_stride, float* st,
+                            int64_t st_stride) {
+    constexpr int kJ = wide_keys(kV);
+    int64_t j = 0;
+    for (; j + kJ <= n; j += kJ) scores_t_block<kJ, kV>(keys, j, dim, qt, qt_stride, st, st_stride);
+    for (; j < n; ++j) scores_t_block<1, kV>(keys, j, dim, qt, qt_stride, st, st_stride);
+  }
+  template <int kJ, int kV, class Rows>
+  static void scores_t_block(const Rows& keys, int64_t j0, int64_t dim, const float* qt, int64_t qt_stride, float* st,
+                             int64_t st_stride) {
+    R acc[kJ][kV];
+    const float* k[kJ];
+    for (int j = 0; j < kJ; ++j) {
+      k[j] = keys(j0 + j);
+      for (int v = 0; v < kV; ++v) acc[j][v] = V::zero();
+    }
+    for (int64_t d = 0; d < dim; ++d) {
+      R q[kV];
+      for (int v = 0; v < kV; ++v) q[v] = V::load(qt + d * qt_stride + v * kW);
+      for (int j = 0; j < kJ; ++j) {
+        const R kd = V::set1(k[j][d]);
+        for (int v = 0; v < kV; ++v) acc[j][v] = V::fma(kd, q[v], acc[j][v]);
+      }
+    }
+    for (int j = 0; j < kJ; ++j)
+      for (int v = 0; v < kV; ++v) V::store(st + (j0 + j) * st_stride + v * kW, acc[j][v]);
+  }
+
   // kt[d * kTileKeys + j] = rows(j)[d]; columns n..kTileKeys-1 are zero. Whole groups of
   // kW rows go through the path's register transpose (V::transpose, kW x kW) when it has one.
   template <class Rows>
@@ -165,31 +216,33 @@ struct Ops {
   // accumulators over alternate keys) keeps at most V::kAccRegs accumulators, and enough of
   // them that the FMA latency chain of one accumulator never limits the loop (a single chain
   // over 64 keys ran 4x slower than the FMA units allow).
+  // p[r][j * p_stride] is row r's weight of key j (p_stride > 1: probabilities stored
+  // transposed, keys major, by the wide path).
   template <class Rows>
   static void axpy_multi(float* const* acc, const float* alpha, const float* const* p, int64_t num_rows,
-                         int64_t width, const Rows& rows, int64_t n) {
+                         int64_t width, const Rows& rows, int64_t n, int64_t p_stride = 1) {
     switch (num_rows) {
-      case 4: axpy_multi_rows<4>(acc, alpha, p, width, rows, n); break;
-      case 3: axpy_multi_rows<3>(acc, alpha, p, width, rows, n); break;
-      case 2: axpy_multi_rows<2>(acc, alpha, p, width, rows, n); break;
-      default: axpy_multi_rows<1>(acc, alpha, p, width, rows, n); break;
+      case 4: axpy_multi_rows<4>(acc, alpha, p, width, rows, n, p_stride); break;
+      case 3: axpy_multi_rows<3>(acc, alpha, p, width, rows, n, p_stride); break;
+      case 2: axpy_multi_rows<2>(acc, alpha, p, width, rows, n, p_stride); break;
+      default: axpy_multi_rows<1>(acc, alpha, p, width, rows, n, p_stride); break;
     }
   }
   template <int kRows, class Rows>
   static void axpy_multi_rows(float* const* acc, const float* alpha, const float* const* p, int64_t width,
-                              const Rows& rows, int64_t n) {
+                              const Rows& rows, int64_t n, int64_t ps) {
     constexpr int kN = widest_block(kRows);
     int64_t d = 0;
-    for (; d + kN * kW <= width; d += kN * kW) axpy_multi_block<kRows, kN, unroll(kRows, kN)>(acc, d, alpha, p, rows, n);
+    for (; d + kN * kW <= width; d += kN * kW) axpy_multi_block<kRows, kN, unroll(kRows, kN)>(acc, d, alpha, p, rows, n, ps);
     const int64_t rest = (width - d) / kW;  // < kN, a sum of smaller powers of two
     if constexpr (kN > 4) {
-      if (rest & 4) { axpy_multi_block<kRows, 4, unroll(kRows, 4)>(acc, d, alpha, p, rows, n); d += 4 * kW; }
+      if (rest & 4) { axpy_multi_block<kRows, 4, unroll(kRows, 4)>(acc, d, alpha, p, rows, n, ps); d += 4 * kW; }
     }
     if constexpr (kN > 2) {
-      if (rest & 2) { axpy_multi_block<kRows, 2, unroll(kRows, 2)>(acc, d, alpha, p, rows, n); d += 2 * kW; }
+      if (rest & 2) { axpy_multi_block<kRows, 2, unroll(kRows, 2)>(acc, d, alpha, p, rows, n, ps); d += 2 * kW; }
     }
     if constexpr (kN > 1) {
-      if (rest & 1) axpy_multi_block<kRows, 1, unroll(kRows, 1)>(acc, d, alpha, p, rows, n);
+      if (rest & 1) axpy_multi_block<kRows, 1, unroll(kRows, 1)>(acc, d, alpha, p, rows, n, ps);
     }
   }
   // Registers per row: the largest power of two up to 8 with kRows * kN <= kAccRegs.
@@ -206,7 +259,7 @@ struct Ops {
   }
   template <int kRows, int kN, int kU, class Rows>
   static void axpy_multi_block(float* const* acc, int64_t d0, const float* alpha, const float* const* p,
-                               const Rows& rows, int64_t n) {
+                               const Rows& rows, int64_t n, int64_t ps) {
     R a[kU][kRows][kN];
     for (int r = 0; r < kRows; ++r) {
       const R al = V::set1(alpha[r]);
@@ -222,7 +275,7 @@ struct Ops {
         R x[kN];
         for (int k = 0; k < kN; ++k) x[k] = V::load(row + k * kW);
         for (int r = 0; r < kRows; ++r) {
-          const R pj = V::set1(p[r][j + u]);
+          const R pj = V::set1(p[r][(j + u) * ps]);
           for (int k = 0; k < kN; ++k) a[u][r][k] = V::fma(pj, x[k], a[u][r][k]);
         }
       }
@@ -230,7 +283,7 @@ struct Ops {
     for (; j < n; ++j) {
       const float* row = rows(j) + d0;
       for (int r = 0; r < kRows; ++r) {
-        const R pj = V::set1(p[r][j]);
+        const R pj = V::set1(p[r][j * ps]);
         for (int k = 0; k < kN; ++k) a[0][r][k] = V::fma(pj, V::load(row + k * kW), a[0][r][k]);
       }
     }

@@ -192,6 +192,7 @@ Plan build_plan(const LoraAttentionParams& p, int64_t num_threads, PlanStorage& 
   plan.lse_rows = s.lse_rows;
   plan.lse_offset = s.lse_offset.data();
   plan.scratch_floats = s.scratch_floats;
+  plan.max_item_rows = max_rows;
   return plan;
 }
 

@@ -69,15 +69,22 @@ struct Plan {
   const int64_t* lse_offset = nullptr;
   bool mass_from_raw_scores = false;  // decode: every agent has one query
   int64_t scratch_floats = 0;         // per thread, see scratch_floats_needed
+  int64_t max_item_rows = 0;          // query rows of the largest base (an item's rows at most)
 };
+
+// Rows of the wide path's transposed queries and scores: rounded up to whole registers of the
+// widest path, plus one register of slack (a block's vectors may start mid-register).
+static constexpr int64_t wide_rows(int64_t rows) { return round_up(rows, 16) + 16; }
 
 // Floats of per-thread scratch a path needs for `max_item_rows` query rows.
 // Must match FusedAttention::carve (lora_attention_impl.h).
 static constexpr int64_t scratch_floats_needed(int64_t head_dim, int64_t max_item_rows) {
   return max_item_rows * head_dim                                     // queries, float32, scaled
+         + wide_rows(max_item_rows) * head_dim                        // the same transposed (wide path)
          + 6 * kTileKeys * head_dim                                   // K as float, K rotated, K^T, agent K, agent K^T, V
          + 2 * kTileKeys * round_up(kMaxLoraAttentionRank, 16)        // C_v, C_k tiles
-         + kBlockRows * kTileKeys                                     // scores of a row block
+         + kTileKeys * wide_rows(kBlockRows)                          // scores of a row block (either layout)
+         + wide_rows(kBlockRows)                                      // the block's query positions
          + 16;                                                        // 64-byte alignment
 }
 

@@ -18,6 +18,7 @@ struct Vec {
   static constexpr int kAccRegs = 8;    // P.V and P.C accumulators per pass
   static constexpr int kExpandRegs = 8;
   static constexpr bool kHasTranspose = false;
+  static constexpr int kRegs = 16;
   static void transpose(const float* const*, int64_t, float*, int64_t) {}
   static R zero() { return 0.f; }
   static R set1(float x) { return x; }
@@ -35,6 +36,7 @@ struct Vec {
   static R mul(R a, R b) { return a * b; }
   static R fma(R a, R b, R c) { return a * b + c; }
   static R max(R a, R b) { return a > b ? a : b; }
+  static R keep_if_ge(R x, R a, R b) { return a >= b ? x : -__builtin_inff(); }
   static float hmax(R a) { return a; }
   static float hsum(R a) { return a; }
   static R exp(R x) { return x < -87.0f ? 0.f : expf(x); }
