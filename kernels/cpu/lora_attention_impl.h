@@ -151,13 +151,9 @@ struct FusedAttention {
                                              : stored;
       lo = j == 0 || t.pos[j] < lo ? t.pos[j] : lo;
       hi = j == 0 || t.pos[j] > hi ? t.pos[j] : hi;
-      if (f32) {  // copied into the tile: the products then read L1, not rows a pool stride apart
-        O::copy_row(static_cast<const float*>(st.k) + off, dim, sc.k_conv + j * dim);
-        t.k[j] = sc.k_conv + j * dim;
-        if (need_v) {
-          O::copy_row(static_cast<const float*>(st.v) + off, dim, sc.v_conv + j * dim);
-          t.v[j] = sc.v_conv + j * dim;
-        }
+      if (f32) {
+        t.k[j] = static_cast<const float*>(st.k) + off;
+        if (need_v) t.v[j] = static_cast<const float*>(st.v) + off;
       } else {
         const int64_t scale_at = slot * st.scale_row_stride + it.head_in_lane;
         O::load_row(st.k, st.dtype, off, dim, i8 ? st.k_scales[scale_at] : 1.f, sc.k_conv + j * dim);

@@ -52,11 +52,6 @@ struct Ops {
       for (int64_t i = 0; i < n; i += kW) V::store(dst + i, V::mul(V::load_bf16(s + i), m));
     }
   }
-  // dst[0..n) = src[0..n), n a multiple of kW (a library memcpy's start-up costs more than
-  // a row of 64 floats takes).
-  static void copy_row(const float* src, int64_t n, float* dst) {
-    for (int64_t i = 0; i < n; i += kW) V::store(dst + i, V::load(src + i));
-  }
   // Same for any n (residual ranks); the rest up to n_pad is zeroed.
   static void load_row_padded(const void* src, ElementType type, int64_t offset, int64_t n, int64_t n_pad,
                               float* dst) {
