@@ -404,8 +404,8 @@ TEST(LoraAttention, AgentsOfATileAsBlocksAcrossAgentsAndHeads) {
 }
 
 // Agents of a shared-A group whose C views are separate lane tables with the same block ids
-// (as an engine builds them, one view per agent) read one C tile; a table with other ids
-// does not pass for the same rows.
+// (as an engine builds them, one view per agent) read one C tile. (C streams with other
+// block ids in the same pool are told apart: AgentsOfATileAsBlocksAcrossAgentsAndHeads.)
 TEST(LoraAttention, SharedCRecognisedByItsBlockIds) {
   CaseSpec s;
   s.seed = 163;
