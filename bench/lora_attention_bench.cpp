@@ -14,6 +14,9 @@
 //   fused_int8 / fused_base_int8 / fused_shared_a_int8  (a), (d) and the shared-A group over an
 //                  int8 copy of the base (float32 rows only),
 //                  in the same repetitions: int8 reads a quarter of the bytes, converts on chip
+//                  (with integer QK where the CPU has the int16 dot product, VNNI)
+//   fused_int8_float_qk / fused_shared_a_int8_float_qk  the same with float32 QK (where the
+//                  CPU has VNNI: integer QK against float32 QK, side by side)
 // The KV footprint is cycled over enough layers' buffers to exceed the last-level cache, so
 // the figures are memory-bound as in a real step (each variant cycles its own buffers: N full
 // caches or stored deltas fit fewer layers in the same footprint). Every variant of a
@@ -459,18 +462,23 @@ std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_s
     bn8.cfg = cfg;
     bn8.cfg.dtype = ElementType::kInt8;
     bn8.build(footprint);
-    auto fused8 = [&](const std::string& name, bool adapters, bool shared_a) {
+    auto fused8 = [&](const std::string& name, bool adapters, bool shared_a, std::optional<bool> integer_qk) {
       kernels::LoraAttentionStats* st = &stats.emplace_back();
       stats_of[name] = st;
-      vs.push_back({name, bn8.layers, [&bn8, st, n, adapters, shared_a](int64_t l) {
+      vs.push_back({name, bn8.layers, [&bn8, st, n, adapters, shared_a, integer_qk](int64_t l) {
                       Bench::Call c = bn8.call(l, 0, n, adapters, false, false, Mass::kNone, false, shared_a);
+                      c.params.integer_qk = integer_qk;
                       Bench::run(c, st);
                     },
                     0, flops_of(cfg, n, adapters, false)});
     };
-    if (n == 1) fused8("fused_base_int8", false, false);
-    fused8("fused_int8", true, false);
-    if (n > 1) fused8("fused_shared_a_int8", true, true);
+    if (n == 1) fused8("fused_base_int8", false, false, std::nullopt);
+    fused8("fused_int8", true, false, std::nullopt);
+    if (n > 1) fused8("fused_shared_a_int8", true, true, std::nullopt);
+    if (cpu::has_vnni(cpu::detected_cpu_features(), cpu::selected_vector_path())) {
+      fused8("fused_int8_float_qk", true, false, false);
+      if (n > 1) fused8("fused_shared_a_int8_float_qk", true, true, false);
+    }
   }
   if (!only.empty()) {
     vs.erase(std::remove_if(vs.begin(), vs.end(),
@@ -494,7 +502,8 @@ std::vector<Row> bench_config(const Config& cfg, int64_t footprint, double min_s
 // The plot, one column per shape, mode and dtype (the first rank only, so it stays readable):
 // top, microseconds per call against context for the main comparisons (solid: 8 agents or
 // the most benchmarked, dashed: 1 agent); bottom, what each option costs against plain
-// fused at the same agents (mass, K-LoRA, stored K deltas, keys before RoPE).
+// fused at the same agents (mass, K-LoRA, stored K deltas, keys before RoPE), and integer QK
+// against float32 QK on the int8 base.
 const char* kPlotScript = R"PY(
 import csv, sys
 import matplotlib
@@ -504,8 +513,10 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 rank = min(int(r["rank"]) for r in rows)
 rows = [r for r in rows if int(r["rank"]) == rank]
 panels = sorted({(r["shape"], r["mode"], r["dtype"]) for r in rows})
-main = ["fused", "fused_each", "sdpa_full", "sdpa_rebuild", "fused_base", "sdpa_base"]
-extra = ["fused_mass", "fused_klora", "fused_kdelta", "fused_prerope"]
+main = ["fused", "fused_each", "sdpa_full", "sdpa_rebuild", "fused_base", "sdpa_base", "fused_shared_a",
+        "fused_int8", "fused_shared_a_int8", "fused_base_int8"]
+extra = [(v, "fused") for v in ["fused_mass", "fused_klora", "fused_kdelta", "fused_prerope"]]
+extra += [("fused_int8", "fused_int8_float_qk"), ("fused_shared_a_int8", "fused_shared_a_int8_float_qk")]
 most = max(int(r["agents"]) for r in rows)
 fig, axes = plt.subplots(2, len(panels), figsize=(6 * len(panels), 8), squeeze=False)
 for col, panel in enumerate(panels):
@@ -525,15 +536,16 @@ for col, panel in enumerate(panels):
     ax.set_title(f"{panel[0]} {panel[1]} {panel[2]}, rank {rank}")
     ax.legend(fontsize=7)
     ax = axes[1][col]
-    for i, v in enumerate(extra):
+    for i, (v, against) in enumerate(extra):
         for n in agents:
-            pts = [(c, us[(v, n, c)] / us[("fused", n, c)]) for c in contexts if (v, n, c) in us and ("fused", n, c) in us]
+            pts = [(c, us[(v, n, c)] / us[(against, n, c)]) for c in contexts if (v, n, c) in us and (against, n, c) in us]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i + 6}",
-                        linestyle="-" if n == most else "--", label=f"{v} x{n}")
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}",
+                        linestyle="-" if n == most else "--",
+                        label=f"{v} x{n}" + ("" if against == "fused" else f" / {against}"))
     ax.axhline(1.0, color="gray", linewidth=0.8)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("context"); ax.set_ylabel("time / fused at the same agents")
+    ax.set_xlabel("context"); ax.set_ylabel("time / fused (or as labelled) at the same agents")
     ax.legend(fontsize=7)
 fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=100)
@@ -573,7 +585,8 @@ int main(int argc, char** argv) {
                                   : stream_read_gbps(std::max<int64_t>(footprint, int64_t{256} << 20), 5);
     const double peak = gemm_gflops(o.quick ? 512 : 2048);
     std::cout << "machine: " << f.model_name << " (" << cpu::describe_features(f) << ")\n"
-              << "vector path: " << cpu::vector_path_name(cpu::selected_vector_path()) << ", threads "
+              << "vector path: " << cpu::vector_path_name(cpu::selected_vector_path())
+              << (cpu::has_vnni(f, cpu::selected_vector_path()) ? " (int8 variants: integer QK, VNNI)" : "") << ", threads "
               << at::get_num_threads() << ", last-level cache " << (llc >> 20) << " MiB, KV footprint cycled "
               << (footprint >> 20) << " MiB\n"
               << "streaming read " << stream << " GB/s, float32 GEMM " << peak << " GFLOP/s (the peak used below)\n"

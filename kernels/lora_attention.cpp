@@ -248,10 +248,23 @@ features::VectorPath choose_path(const LoraAttentionParams& p) {
   return *p.vector_path;
 }
 
-const cpu::PathKernels& kernels_for(features::VectorPath path) {
+// Whether the call runs the path's integer QK form (LoraAttentionParams::integer_qk).
+bool choose_integer_qk(const LoraAttentionParams& p, features::VectorPath path) {
+  const features::CpuFeatures& features = features::detected_cpu_features();
+  const bool available = features::has_vnni(features, path);
+  if (!p.integer_qk) return available;
+  if (*p.integer_qk && !available) {
+    throw ConfigError("lora_attention: this CPU has no int16 dot product on the requested vector path",
+                      {"", "integer_qk", "a path with VNNI on " + features.model_name, "true",
+                       "leave it unset to use it wherever the CPU has it"});
+  }
+  return *p.integer_qk;
+}
+
+const cpu::PathKernels& kernels_for(features::VectorPath path, bool integer_qk) {
   switch (path) {
-    case features::VectorPath::kAvx512: return cpu::avx512::kKernels;
-    case features::VectorPath::kAvx2: return cpu::avx2::kKernels;
+    case features::VectorPath::kAvx512: return integer_qk ? cpu::avx512vnni::kKernels : cpu::avx512::kKernels;
+    case features::VectorPath::kAvx2: return integer_qk ? cpu::avxvnni::kKernels : cpu::avx2::kKernels;
     case features::VectorPath::kScalar: break;
   }
   return cpu::scalar::kKernels;
@@ -277,7 +290,8 @@ int64_t run_tasks(int64_t n, int64_t threads, Fn&& fn) {
 void lora_attention(const LoraAttentionParams& params) {
   Checker{params}.run();
   const features::VectorPath path = choose_path(params);
-  const cpu::PathKernels& k = kernels_for(path);
+  const bool integer_qk = choose_integer_qk(params, path);
+  const cpu::PathKernels& k = kernels_for(path, integer_qk);
   LORAKV_ASSERT(k.process_item, "vector path " << features::vector_path_name(path) << " was not built for this CPU");
 
   // The caller's plan, else the calling thread's, reached through a reference: a lambda run
@@ -307,6 +321,7 @@ void lora_attention(const LoraAttentionParams& params) {
   s.work_items = plan.num_items;
   s.threads = threads_run;
   s.plan_reused = reused;
+  s.integer_qk = integer_qk;
   for (int64_t i = 0; i < plan.num_items; ++i) {
     s.base_bytes_read += plan.items[i].base_bytes;
     s.residual_bytes_read += plan.items[i].residual_bytes;

@@ -201,6 +201,7 @@ struct LoraAttentionStats {
   int64_t key_splits = 0;           // most pieces one (base, KV head) was split into
   int64_t threads = 0;              // threads that ran the work items
   bool plan_reused = false;         // the call ran the plan an earlier call made (LoraAttentionPlan)
+  bool integer_qk = false;          // the path's integer QK form ran (LoraAttentionParams::integer_qk)
 };
 
 namespace cpu {
@@ -248,6 +249,12 @@ struct LoraAttentionParams {
   AttentionMass mass = AttentionMass::kNone;
   // Vector code to run; unset: cpu::selected_vector_path() (LORAKV_CPU_PATH may lower it).
   std::optional<::lorakv::cpu::VectorPath> vector_path;
+  // QK against an int8 base (keys stored after RoPE) as integer dot products: the queries of
+  // such an item rounded to int16 per row and head (scale max|q| / 32767, a relative error
+  // of at most 2^-16 of the row's largest element), each score an exact int32 sum of int16 x
+  // int8 products times the two scales. Unset: wherever the path has the int16 dot product
+  // (cpu::has_vnni); true asks for it (an error where the CPU lacks it); false keeps float32.
+  std::optional<bool> integer_qk;
   int64_t num_threads = 0;  // 0: ATen's intra-op thread count
   LoraAttentionStats* stats = nullptr;  // optional
   // Optional: the plan to run or refill (see LoraAttentionPlan); null: the calling thread's

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "lorakv/kernels/cpu/lora_attention_ops.h"
 
@@ -41,6 +42,9 @@ struct FusedAttention {
     float* qpos;      // [wide_rows(kBlockRows)] a wide block's query positions
     float* q;         // [item rows][dim] queries, float32, times the softmax scale
     float* qt;        // [dim][qt_stride] the same transposed (the wide path)
+    int32_t* qt16;    // integer QK: [dim / 2][qt_stride] int16 pairs, in qt's place
+    float* q_scale;   // integer QK: [qt_stride] each row's int16 scale (0 past the item's rows)
+    int16_t* k16;     // integer QK: [T][dim] the tile's int8 keys as int16
     int64_t qt_stride;
   };
 
@@ -61,6 +65,9 @@ struct FusedAttention {
     s.q = s.qpos + wide_rows(kBlockRows);
     s.qt = s.q + max_rows * dim;
     s.qt_stride = wide_rows(max_rows);
+    s.qt16 = reinterpret_cast<int32_t*>(s.qt);  // an integer item's wide blocks read only these
+    s.q_scale = s.qt + s.qt_stride * dim;
+    s.k16 = reinterpret_cast<int16_t*>(s.q_scale + s.qt_stride);
     return s;
   }
 
@@ -79,6 +86,10 @@ struct FusedAttention {
     // frame and the queries join it; keys before RoPE go back to their own frame as they load
     // (RoPE needs it), and the queries stay in theirs.
     bool queries_rotated() const { return st.hadamard && !st.keys_before_rope; }
+    // The path's integer QK form on int8 rows whose keys are read as stored (after RoPE):
+    // the item's queries are rounded to int16 per row (every block, so an agent's scores do
+    // not depend on the blocks it falls in), and wide blocks score with int16 dot products.
+    bool integer_qk() const { return V::kIntDot && st.dtype == ElementType::kInt8 && !st.keys_before_rope; }
     bool keys_unrotated_on_load() const { return st.hadamard && st.keys_before_rope; }
 
     // Row offset of agent a's rows among the item's rows (queries, raw scores).
@@ -114,6 +125,10 @@ struct FusedAttention {
     int32_t rope[T];
     const float* kt_base = nullptr;  // built on first use
     bool k_rotated = false;          // keys before RoPE: rotated into k_rot (first use)
+    const int8_t* k8[T];             // int8 storage: the keys as stored, and their scales
+    float k_scale[T];
+    bool k16_ready = false;          // integer QK: k8 widened into Scratch::k16 (first use)
+    bool k_float = true;             // k holds the keys as float32 (integer QK: on first use)
   };
 
   struct RowPtrs {
@@ -124,6 +139,20 @@ struct FusedAttention {
     const float* base;
     int64_t stride;
     const float* operator()(int64_t j) const { return base + j * stride; }
+  };
+  // The tile's int8 keys for integer QK, widened to int16 rows on first use.
+  struct IntKeys {
+    Tile* t;
+    const Scratch* sc;
+    int64_t dim;
+    const int16_t* operator()(int64_t j) const { return sc->k16 + j * dim; }
+    void widen() const {
+      if (t->k16_ready) return;
+      for (int64_t j = 0; j < t->n; ++j) {
+        for (int64_t d = 0; d < dim; ++d) sc->k16[j * dim + d] = t->k8[j][d];
+      }
+      t->k16_ready = true;
+    }
   };
 
   // Rows row0..row0+n of the item's lane: pointers to float32 keys and values (converted
@@ -138,6 +167,10 @@ struct FusedAttention {
     t.keys_pad = round_up(n, V::kScoreRegs * V::kW);
     t.kt_base = nullptr;
     t.k_rotated = false;
+    t.k16_ready = false;
+    // Float keys on load unless wide blocks may score the tile as integers (an item of fewer
+    // rows has only narrow blocks, which read float keys anyway).
+    t.k_float = !(it.integer_qk() && kWide && it.rows_before_end() >= kWideMinRows);
     int64_t lo = 0, hi = 0;
     for (int64_t j = 0; j < n; ++j) {
       const int64_t i = row0 + j;
@@ -156,9 +189,15 @@ struct FusedAttention {
         if (need_v) t.v[j] = static_cast<const float*>(st.v) + off;
       } else {
         const int64_t scale_at = slot * st.scale_row_stride + it.head_in_lane;
-        O::load_row(st.k, st.dtype, off, dim, i8 ? st.k_scales[scale_at] : 1.f, sc.k_conv + j * dim);
-        if (it.keys_unrotated_on_load()) O::hadamard_row(sc.k_conv + j * dim, dim);
-        t.k[j] = sc.k_conv + j * dim;
+        if (i8) {
+          t.k8[j] = static_cast<const int8_t*>(st.k) + off;
+          t.k_scale[j] = st.k_scales[scale_at];
+        }
+        if (t.k_float) {  // integer QK: float keys only if something asks (float_keys)
+          O::load_row(st.k, st.dtype, off, dim, i8 ? st.k_scales[scale_at] : 1.f, sc.k_conv + j * dim);
+          if (it.keys_unrotated_on_load()) O::hadamard_row(sc.k_conv + j * dim, dim);
+          t.k[j] = sc.k_conv + j * dim;
+        }
         if (need_v) {
           O::load_row(st.v, st.dtype, off, dim, i8 ? st.v_scales[scale_at] : 1.f, sc.v_conv + j * dim);
           t.v[j] = sc.v_conv + j * dim;
@@ -193,9 +232,21 @@ struct FusedAttention {
   static const float* cos_row(const Item& it, int32_t pos) { return it.p.rope_cos + pos * (it.dim / 2); }
   static const float* sin_row(const Item& it, int32_t pos) { return it.p.rope_sin + pos * (it.dim / 2); }
 
+  // Integer QK loads only the int8 keys; the float32 ones (int8 times scale) are made here
+  // when something else reads them (narrow blocks, K-LoRA, key deltas, the mass pass).
+  static void float_keys(const Item& it, const Scratch& sc, Tile& t) {
+    if (t.k_float) return;
+    for (int64_t j = 0; j < t.n; ++j) {
+      O::load_row(t.k8[j], ElementType::kInt8, 0, it.dim, t.k_scale[j], sc.k_conv + j * it.dim);
+      t.k[j] = sc.k_conv + j * it.dim;
+    }
+    t.k_float = true;
+  }
+
   // Keys stored before RoPE: the tile's keys rotated, rows [T][dim] in k_rot (once per tile).
   static const float* rotated_keys(const Item& it, const Scratch& sc, Tile& t) {
     if (t.k_rotated) return sc.k_rot;
+    float_keys(it, sc, t);
     for (int64_t j = 0; j < t.n; ++j) {
       float* x = sc.k_rot + j * it.dim;
       std::memcpy(x, t.k[j], sizeof(float) * it.dim);
@@ -208,6 +259,7 @@ struct FusedAttention {
   // The base keys of the tile, transposed ([dim][T]), rotated first when stored before RoPE.
   static const float* base_keys(const Item& it, const Scratch& sc, Tile& t) {
     if (t.kt_base) return t.kt_base;
+    float_keys(it, sc, t);
     if (!it.st.keys_before_rope) {
       O::transpose(RowPtrs{t.k}, t.n, it.dim, sc.kt_base);
     } else {
@@ -235,6 +287,7 @@ struct FusedAttention {
   // at each row's rope position, expanded per tile on chip.
   static const float* agent_keys(const Item& it, int64_t a, const Scratch& sc, Tile& t, int64_t* residual_bytes) {
     const LowRankStream& ks = it.p.agents[a].k;
+    float_keys(it, sc, t);
     if (it.shared && it.p.agents[a].k_delta.storage) return delta_keys(it, it.p.agents[a].k_delta, sc, t, residual_bytes);
     if (!it.shared || ks.rank == 0) return base_keys(it, sc, t);
     *residual_bytes += load_residual(it, ks, t, sc.ck);
@@ -400,7 +453,14 @@ struct FusedAttention {
     constexpr int64_t W = V::kW;
     const int64_t nv = (b.rows + W - 1) / W, rp = nv * W;
     float* st = sc.s;
-    O::scores_t(keys, t.n, it.dim, sc.qt + b.first, sc.qt_stride, nv, st, rp);
+    if constexpr (std::is_same_v<Keys, IntKeys>) {
+      if constexpr (V::kIntDot) {  // else never reached: integer_qk() needs it
+        keys.widen();
+        O::scores_t_int(keys, t.k_scale, t.n, it.dim, sc.qt16 + b.first, sc.qt_stride, sc.q_scale + b.first, nv, st, rp);
+      }
+    } else {
+      O::scores_t(keys, t.n, it.dim, sc.qt + b.first, sc.qt_stride, nv, st, rp);
+    }
     bool masked = false;
     for (int64_t row = 0; row < rp; ++row) {
       const int64_t r = row < b.rows ? row : 0;  // lanes past the block repeat its first row
@@ -547,6 +607,7 @@ struct FusedAttention {
           float* row = dst + (q * it.group + g) * it.dim;
           O::load_row(ag.q, ag.q_dtype, q * ag.q_row_stride + head * ag.q_head_stride, it.dim, it.p.scale, row);
           if (it.queries_rotated()) O::hadamard_row(row, it.dim);  // H q . H k = q . k
+          if (it.integer_qk()) sc.q_scale[it.row_offset(a) + q * it.group + g] = round_to_int16(row, it.dim);
         }
       }
     }
@@ -556,10 +617,41 @@ struct FusedAttention {
   // item's zero.
   static void transpose_queries(const Item& it, const Scratch& sc) {
     const int64_t rows = it.rows_before_end();
+    if (it.integer_qk()) return int16_pairs(it, sc, rows);
     for (int64_t d = 0; d < it.dim; ++d) {
       float* dst = sc.qt + d * sc.qt_stride;
       for (int64_t r = 0; r < rows; ++r) dst[r] = sc.q[r * it.dim + d];
       for (int64_t r = rows; r < sc.qt_stride; ++r) dst[r] = 0.f;
+    }
+  }
+
+  // Rounds row x to int16 steps of its largest magnitude / 32767 (round half to even), in
+  // place, and returns the step (0 for a zero row).
+  static float round_to_int16(float* x, int64_t dim) {
+    float largest = 0.f;
+    for (int64_t d = 0; d < dim; ++d) largest = O::fmax(largest, fabsf(x[d]));
+    if (largest == 0.f) return 0.f;
+    const float inv = 32767.f / largest, step = largest / 32767.f;
+    for (int64_t d = 0; d < dim; ++d) x[d] = nearbyintf(x[d] * inv) * step;
+    return step;
+  }
+
+  // Integer QK: the item's rounded queries as int16 pairs, qt16[p * qt_stride + r] holding
+  // row r's elements 2p (low half) and 2p + 1, and zero rows and scales past the item's.
+  static void int16_pairs(const Item& it, const Scratch& sc, int64_t rows) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = sc.q + r * it.dim;
+      const float step = sc.q_scale[r];
+      for (int64_t p = 0; p < it.dim / 2; ++p) {
+        // x is a whole number of steps: dividing recovers it exactly (|x / step| < 2^15).
+        const int32_t lo = step == 0.f ? 0 : static_cast<int32_t>(nearbyintf(x[2 * p] / step));
+        const int32_t hi = step == 0.f ? 0 : static_cast<int32_t>(nearbyintf(x[2 * p + 1] / step));
+        sc.qt16[p * sc.qt_stride + r] = static_cast<int32_t>((static_cast<uint32_t>(hi) << 16) | (static_cast<uint32_t>(lo) & 0xffffu));
+      }
+    }
+    for (int64_t r = rows; r < sc.qt_stride; ++r) {
+      sc.q_scale[r] = 0.f;
+      for (int64_t p = 0; p < it.dim / 2; ++p) sc.qt16[p * sc.qt_stride + r] = 0;
     }
   }
 
@@ -609,6 +701,9 @@ struct FusedAttention {
         // The base keys as rows for wide blocks; transposed (built on first use) for narrow ones.
         if (it.st.keys_before_rope) {
           const Strided rows{rotated_keys(it, sc, t), it.dim};
+          attend_agents(it, a, end, nullptr, &rows, sc, t);
+        } else if (it.integer_qk()) {
+          const IntKeys rows{&t, &sc, it.dim};
           attend_agents(it, a, end, nullptr, &rows, sc, t);
         } else {
           const RowPtrs rows{t.k};

@@ -184,6 +184,54 @@ struct Ops {
       for (int v = 0; v < kV; ++v) V::store(st + (j0 + j) * st_stride + v * kW, acc[j][v]);
   }
 
+  // The wide path's scores from integers (paths with V::kIntDot): keys as int16 rows (pairs
+  // of elements read as one int32), queries as int16 pairs transposed, qt[p * qt_stride + r]
+  // holding row r's elements 2p (low half) and 2p + 1; each lane's sum is exact in int32
+  // (dim / 2 pairs of at most 2 x 32767 x 128), then times the row's and the key's scales:
+  //   st[j * st_stride + r] = k_scale[j] * q_scale[r] * sum_d k(j)[d] * q[r][d]
+  template <class Rows>
+  static void scores_t_int(const Rows& keys, const float* k_scale, int64_t n, int64_t dim, const int32_t* qt,
+                           int64_t qt_stride, const float* q_scale, int64_t nv, float* st, int64_t st_stride) {
+    switch (nv) {
+      case 1: scores_t_int_rows<1>(keys, k_scale, n, dim, qt, qt_stride, q_scale, st, st_stride); break;
+      case 2: scores_t_int_rows<2>(keys, k_scale, n, dim, qt, qt_stride, q_scale, st, st_stride); break;
+      default: scores_t_int_rows<3>(keys, k_scale, n, dim, qt, qt_stride, q_scale, st, st_stride); break;
+    }
+  }
+  template <int kV, class Rows>
+  static void scores_t_int_rows(const Rows& keys, const float* k_scale, int64_t n, int64_t dim, const int32_t* qt,
+                                int64_t qt_stride, const float* q_scale, float* st, int64_t st_stride) {
+    constexpr int kJ = wide_keys(kV);
+    int64_t j = 0;
+    for (; j + kJ <= n; j += kJ) scores_t_int_block<kJ, kV>(keys, k_scale, j, dim, qt, qt_stride, q_scale, st, st_stride);
+    for (; j < n; ++j) scores_t_int_block<1, kV>(keys, k_scale, j, dim, qt, qt_stride, q_scale, st, st_stride);
+  }
+  template <int kJ, int kV, class Rows>
+  static void scores_t_int_block(const Rows& keys, const float* k_scale, int64_t j0, int64_t dim, const int32_t* qt,
+                                 int64_t qt_stride, const float* q_scale, float* st, int64_t st_stride) {
+    using I = typename V::I;
+    I acc[kJ][kV];
+    const int16_t* k[kJ];
+    for (int j = 0; j < kJ; ++j) {
+      k[j] = keys(j0 + j);
+      for (int v = 0; v < kV; ++v) acc[j][v] = V::izero();
+    }
+    for (int64_t pair = 0; pair < dim / 2; ++pair) {
+      I q[kV];
+      for (int v = 0; v < kV; ++v) q[v] = V::iload(qt + pair * qt_stride + v * kW);
+      for (int j = 0; j < kJ; ++j) {
+        const I kp = V::broadcast_pair(k[j] + 2 * pair);
+        for (int v = 0; v < kV; ++v) acc[j][v] = V::idot(acc[j][v], q[v], kp);
+      }
+    }
+    for (int v = 0; v < kV; ++v) {
+      const R qs = V::load(q_scale + v * kW);
+      for (int j = 0; j < kJ; ++j) {
+        V::store(st + (j0 + j) * st_stride + v * kW, V::mul(V::to_float(acc[j][v]), V::mul(qs, V::set1(k_scale[j0 + j]))));
+      }
+    }
+  }
+
   // kt[d * kTileKeys + j] = rows(j)[d]; columns n..kTileKeys-1 are zero. Whole groups of
   // kW rows go through the path's register transpose (V::transpose, kW x kW) when it has one.
   template <class Rows>

@@ -81,6 +81,8 @@ static constexpr int64_t wide_rows(int64_t rows) { return round_up(rows, 16) + 1
 static constexpr int64_t scratch_floats_needed(int64_t head_dim, int64_t max_item_rows) {
   return max_item_rows * head_dim                                     // queries, float32, scaled
          + wide_rows(max_item_rows) * head_dim                        // the same transposed (wide path)
+         + wide_rows(max_item_rows)                                   // their int16 scales (integer QK)
+         + kTileKeys * head_dim / 2                                   // K as int16 (integer QK)
          + 6 * kTileKeys * head_dim                                   // K as float, K rotated, K^T, agent K, agent K^T, V
          + 2 * kTileKeys * round_up(kMaxLoraAttentionRank, 16)        // C_v, C_k tiles
          + kTileKeys * wide_rows(kBlockRows)                          // scores of a row block (either layout)
@@ -117,6 +119,13 @@ namespace avx2 {
 extern const PathKernels kKernels;
 }
 namespace avx512 {
+extern const PathKernels kKernels;
+}
+// The int16 dot product forms (integer QK against int8 bases; lora_attention_*vnni.cpp).
+namespace avxvnni {
+extern const PathKernels kKernels;
+}
+namespace avx512vnni {
 extern const PathKernels kKernels;
 }
 

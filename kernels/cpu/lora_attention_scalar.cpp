@@ -19,6 +19,7 @@ struct Vec {
   static constexpr int kExpandRegs = 8;
   static constexpr bool kHasTranspose = false;
   static constexpr int kRegs = 16;
+  static constexpr bool kIntDot = false;
   static void transpose(const float* const*, int64_t, float*, int64_t) {}
   static R zero() { return 0.f; }
   static R set1(float x) { return x; }

@@ -123,6 +123,9 @@ std::vector<at::Tensor> attend_through_views(const PagedKvCache& cache, SeqId se
   p.num_bases = 1;
   p.agents = views.data();
   p.num_agents = shared.num_agents;
+  // The float32 QK form: the views are under test here, against a reference fed the queries
+  // as given; integer QK's int16 queries are the kernel tests' (tests/kernels).
+  p.integer_qk = false;
   kernels::lora_attention(p);
   return outs;
 }

@@ -436,20 +436,43 @@ void LoraAttentionCase::reset_outputs() {
 }
 
 void LoraAttentionCase::run(std::optional<cpu::VectorPath> path, int64_t threads, k::LoraAttentionStats* stats,
-                            k::LoraAttentionPlan* plan) {
+                            k::LoraAttentionPlan* plan, std::optional<bool> integer_qk) {
   reset_outputs();
+  k::LoraAttentionStats own;
   k::LoraAttentionParams p = params();
   p.vector_path = path;
   p.num_threads = threads;
-  p.stats = stats;
+  p.stats = stats ? stats : &own;
   p.plan = plan;
+  p.integer_qk = integer_qk;
   k::lora_attention(p);
+  const bool rounded = p.stats->integer_qk && spec_.storage == k::ElementType::kInt8 && !spec_.keys_before_rope;
+  if (rounded != queries_rounded_) reference_.clear();
+  queries_rounded_ = rounded;
 }
+
+namespace {
+
+// The queries integer QK reads, as the reference takes them (before the softmax scale):
+// q times the scale in float32, into the Hadamard frame where the rows are stored there,
+// rounded per row and head to steps of its largest magnitude / 32767 (half to even), back.
+at::Tensor int16_rounded_queries(const at::Tensor& q, float scale, bool hadamard) {
+  const int64_t d = q.size(-1);
+  at::Tensor x = q.to(at::kFloat) * scale;
+  if (hadamard) x = at::matmul(x.to(at::kDouble), hadamard_matrix(d)).to(at::kFloat);
+  const at::Tensor largest = x.abs().amax(-1, true);
+  const at::Tensor inv = at::where(largest > 0, 32767.f / largest, at::zeros_like(largest));
+  at::Tensor rounded = ((x * inv).round() * (largest / 32767.f)).to(at::kDouble);
+  if (hadamard) rounded = at::matmul(rounded, hadamard_matrix(d));
+  return rounded / static_cast<double>(scale);
+}
+
+}  // namespace
 
 reference::LoraRefAgent LoraAttentionCase::reference_input(int64_t a) const {
   const AgentSpec& as = spec_.agents[a];
   reference::LoraRefAgent r;
-  r.q = q_[a].to(at::kFloat);
+  r.q = queries_rounded_ ? int16_rounded_queries(q_[a], params().scale, spec_.hadamard) : q_[a].to(at::kFloat);
   r.q_positions = q_positions_[a];
   r.mass_first_query = as.mass_first_query;
   auto rows_of = [&](const LaneData& d, int64_t head_in_lane) {
@@ -502,6 +525,10 @@ reference::LoraRefResult LoraAttentionCase::reference(int64_t a) const {
 //    the storage dtype (bfloat16 storage changes the inputs, not the arithmetic).
 //  - A bfloat16 output adds one rounding to 8 significant bits: at most 2^-9 ~ 2e-3
 //    relative, so out gets 4e-3 there; lse and mass stay float32.
+//  - Integer QK (int8 rows, keys after RoPE, a VNNI path) reads the queries rounded to int16
+//    steps (LoraAttentionParams::integer_qk); the reference reads them so rounded too
+//    (LoraAttentionCase::queries_rounded), so the integer sums, exact in int32, leave only
+//    the float32 arithmetic above.
 Tolerance tolerance_for(const CaseSpec& spec) {
   Tolerance t{5e-5, 5e-5, 5e-5};
   if (spec.out_dtype == k::ElementType::kBFloat16) t.out = 4e-3;
@@ -564,5 +591,18 @@ std::string compare_with_reference(const LoraAttentionCase& c, const Tolerance& 
 }
 
 std::vector<cpu::VectorPath> runnable_paths() { return cpu::supported_vector_paths(cpu::detected_cpu_features()); }
+
+std::string KernelForm::name() const {
+  return std::string(cpu::vector_path_name(path)) + (integer_qk ? " (integer QK)" : "");
+}
+
+std::vector<KernelForm> runnable_forms() {
+  std::vector<KernelForm> forms;
+  for (cpu::VectorPath path : runnable_paths()) {
+    forms.push_back({path, false});
+    if (cpu::has_vnni(cpu::detected_cpu_features(), path)) forms.push_back({path, true});
+  }
+  return forms;
+}
 
 }  // namespace lorakv::testing

@@ -75,8 +75,12 @@ class LoraAttentionCase {
   const CaseSpec& spec() const { return spec_; }
   // The views (valid while this object lives). vector_path, threads and stats left unset.
   kernels::LoraAttentionParams params() const;
+  // integer_qk: LoraAttentionParams::integer_qk. The reference follows the form that ran.
   void run(std::optional<cpu::VectorPath> path, int64_t threads = 0, kernels::LoraAttentionStats* stats = nullptr,
-           kernels::LoraAttentionPlan* plan = nullptr);
+           kernels::LoraAttentionPlan* plan = nullptr, std::optional<bool> integer_qk = std::nullopt);
+  // Whether the last run rounded the queries to int16 (integer QK against int8 keys stored
+  // after RoPE): the reference then reads the queries so rounded, as the kernel does.
+  bool queries_rounded() const { return queries_rounded_; }
 
   // Outputs of the last run (every output is NaN before a run), per agent (float32 copies).
   at::Tensor out(int64_t agent) const { return outs_[agent].to(at::kFloat); }
@@ -138,7 +142,8 @@ class LoraAttentionCase {
   std::vector<at::Tensor> q_, q_positions_, outs_, lses_, shared_mass_, private_mass_;
   std::vector<kernels::SharedBase> bases_;
   std::vector<kernels::AgentAttention> agents_;
-  mutable std::vector<std::optional<reference::LoraRefResult>> reference_;  // per agent, computed once
+  bool queries_rounded_ = false;
+  mutable std::vector<std::optional<reference::LoraRefResult>> reference_;  // per agent, per query form
 };
 
 // Tolerances by dtype, see the comment in lora_attention_case.cpp.
@@ -152,5 +157,15 @@ std::string compare_with_reference(const LoraAttentionCase& c, const Tolerance& 
 
 // Every vector path this CPU can run, lowest first.
 std::vector<cpu::VectorPath> runnable_paths();
+
+// A path and its QK form (LoraAttentionParams::integer_qk).
+struct KernelForm {
+  cpu::VectorPath path;
+  bool integer_qk = false;
+  std::string name() const;
+};
+// Every form this CPU can run: each runnable path with float32 QK, and with integer QK
+// where the path has the int16 dot product.
+std::vector<KernelForm> runnable_forms();
 
 }  // namespace lorakv::testing

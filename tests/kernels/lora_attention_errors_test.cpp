@@ -177,6 +177,20 @@ TEST(LoraAttentionErrors, VectorPathTheCpuCannotRun) {
   EXPECT_THROW(c.run(cpu::VectorPath::kAvx512), ConfigError);
 }
 
+// Integer QK needs the path's int16 dot product: the scalar path never has it.
+TEST(LoraAttentionErrors, IntegerQkOnAPathWithoutIt) {
+  LoraAttentionCase c(valid_spec());
+  try {
+    c.run(cpu::VectorPath::kScalar, 1, nullptr, nullptr, true);
+    ADD_FAILURE() << "integer QK on the scalar path was not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("integer_qk"), std::string::npos) << e.what();
+  }
+  kernels::LoraAttentionStats stats;
+  c.run(cpu::VectorPath::kScalar, 1, &stats, nullptr, false);  // asking for the float form is always fine
+  EXPECT_FALSE(stats.integer_qk);
+}
+
 TEST(LoraAttentionErrors, Int8RowsWithoutScalesOrOutsideTheBase) {
   // int8 is read with a scale per row: base storage claiming int8 without them is refused.
   static kernels::PagedStorage no_scales;

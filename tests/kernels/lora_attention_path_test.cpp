@@ -32,12 +32,13 @@ TEST(LoraAttentionPath, EveryPathThisCpuHasRunsWhenAsked) {
   const cpu::CpuFeatures& f = cpu::detected_cpu_features();
   std::cout << "[ cpu      ] " << f.model_name << " (" << cpu::describe_features(f) << ")\n";
   LoraAttentionCase c(small_spec());
-  for (cpu::VectorPath path : runnable_paths()) {
+  for (const KernelForm& form : runnable_forms()) {
     kernels::LoraAttentionStats stats;
-    c.run(path, 2, &stats);
-    std::cout << "[ path     ] " << cpu::vector_path_name(stats.path) << " ran\n";
-    EXPECT_EQ(stats.path, path);
-    EXPECT_EQ(compare_with_reference(c, tolerance_for(c.spec())), "") << cpu::vector_path_name(path);
+    c.run(form.path, 2, &stats, nullptr, form.integer_qk);
+    std::cout << "[ path     ] " << form.name() << " ran\n";
+    EXPECT_EQ(stats.path, form.path);
+    EXPECT_EQ(stats.integer_qk, form.integer_qk);
+    EXPECT_EQ(compare_with_reference(c, tolerance_for(c.spec())), "") << form.name();
   }
 }
 

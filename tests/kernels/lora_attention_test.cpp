@@ -23,13 +23,14 @@ using kernels::ElementType;
 
 void expect_matches_on_every_path(const CaseSpec& spec) {
   LoraAttentionCase c(spec);
-  for (cpu::VectorPath path : runnable_paths()) {
+  for (const KernelForm& form : runnable_forms()) {
     for (int64_t threads : {1, 2}) {
       kernels::LoraAttentionStats stats;
-      c.run(path, threads, &stats);
-      EXPECT_EQ(stats.path, path);
+      c.run(form.path, threads, &stats, nullptr, form.integer_qk);
+      EXPECT_EQ(stats.path, form.path);
+      EXPECT_EQ(stats.integer_qk, form.integer_qk);
       EXPECT_EQ(compare_with_reference(c, tolerance_for(spec)), "")
-          << spec.describe() << "\n  path " << cpu::vector_path_name(path) << ", " << threads << " threads";
+          << spec.describe() << "\n  path " << form.name() << ", " << threads << " threads";
     }
   }
 }
@@ -401,6 +402,49 @@ TEST(LoraAttention, AgentsOfATileAsBlocksAcrossAgentsAndHeads) {
   mixed.agents[4].k_as_delta = true;
   mixed.residuals_in_one_pool = true;
   expect_matches_on_every_path(mixed);
+}
+
+// Integer QK on an int8 base: every query row of an item is rounded to int16 steps of its
+// largest element (wide blocks of 8 agents, an agent with K-LoRA alone, private rows, the
+// Hadamard frame), and the reference reads the queries so rounded. The rounding moves a
+// score by about 2^-16 of its size, inside float32's tolerance, so that alone cannot show it
+// happened: the same path's float form, whose narrow blocks run the very same float code,
+// gives other bits for every agent only if each agent's queries were rounded.
+TEST(LoraAttention, IntegerQkRoundsTheQueriesOfEveryBlock) {
+  std::vector<KernelForm> integer;
+  for (const KernelForm& f : runnable_forms()) {
+    if (f.integer_qk) integer.push_back(f);
+  }
+  if (integer.empty()) GTEST_SKIP() << "no path of this CPU has the int16 dot product (VNNI)";
+  for (bool hadamard : {false, true}) {
+    CaseSpec s;
+    s.seed = hadamard ? 171 : 170;
+    s.heads = 9;
+    s.kv_heads = 3;
+    s.context = 140;
+    s.storage = ElementType::kInt8;
+    s.hadamard = hadamard;
+    s.agents = {agent(1, 8, 0, 2), agent(1, 8, 0, 0, 0), agent(1, 8, 0, 0, 0), agent(1, 8, 0, 3, 0),
+                agent(1, 8, 4, 0),  agent(2, 8, 0, 0, 0), agent(1, 8, 0, 0, 0), agent(1, 0, 0, 1)};
+    LoraAttentionCase c(s);
+    for (const KernelForm& form : integer) {
+      kernels::LoraAttentionStats stats;
+      c.run(form.path, 1, &stats, nullptr, false);
+      ASSERT_FALSE(c.queries_rounded());
+      ASSERT_EQ(compare_with_reference(c, tolerance_for(s)), "");
+      std::vector<at::Tensor> float_form;
+      for (size_t a = 0; a < s.agents.size(); ++a) float_form.push_back(c.out(static_cast<int64_t>(a)).clone());
+      for (int64_t threads : {1, 2}) {
+        c.run(form.path, threads, &stats, nullptr, true);
+        ASSERT_TRUE(c.queries_rounded());
+        EXPECT_EQ(compare_with_reference(c, tolerance_for(s)), "") << form.name() << ", " << threads << " threads";
+        for (size_t a = 0; a < s.agents.size(); ++a) {
+          EXPECT_FALSE(at::equal(c.out(static_cast<int64_t>(a)), float_form[a]))
+              << "agent " << a << "'s queries were not rounded, " << form.name();
+        }
+      }
+    }
+  }
 }
 
 // Agents of a shared-A group whose C views are separate lane tables with the same block ids
