@@ -57,17 +57,9 @@ std::optional<StepWork> schedule(Engine& engine, Slot& s) {
     if (s.job->suffix.empty()) start_generating(s);
   }
   if (s.phase == Phase::kDone) return std::nullopt;
-  StepWork w;
-  w.reader = s.job->reader;
-  w.all_logits = s.job->all_logits;
-  if (s.phase == Phase::kContext) {
-    w.kind = StepWork::Kind::kContext;
-    w.max_tokens = s.job->max_chunk;
-  } else {
-    w.kind = StepWork::Kind::kPrivate;
-    w.tokens = s.phase == Phase::kSuffix ? s.job->suffix : std::vector<int32_t>{s.token};
-  }
-  return w;
+  if (s.phase == Phase::kContext) return StepWork::context(s.job->reader, s.job->max_chunk, s.job->all_logits);
+  return StepWork::private_tokens(s.job->reader, s.phase == Phase::kSuffix ? s.job->suffix : std::vector<int32_t>{s.token},
+                                  s.job->all_logits);
 }
 
 // Hands a job its step output: the last logits row, and the next token when it generates.

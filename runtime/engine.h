@@ -106,6 +106,24 @@ struct StepWork {
   std::vector<int32_t> tokens;  // kPrivate
   int64_t max_tokens = 0;       // kContext; 0: EngineOptions::prefill_chunk
   bool all_logits = false;      // logits for every processed token, not only the last
+
+  // `tokens` as the reader's private rows.
+  static StepWork private_tokens(ReaderRef reader, std::vector<int32_t> tokens, bool all_logits = false) {
+    StepWork w;
+    w.reader = reader;
+    w.kind = Kind::kPrivate;
+    w.tokens = std::move(tokens);
+    w.all_logits = all_logits;
+    return w;
+  }
+  // Up to max_tokens (0: EngineOptions::prefill_chunk) of the context the reader's mode needs.
+  static StepWork context(ReaderRef reader, int64_t max_tokens = 0, bool all_logits = false) {
+    StepWork w;
+    w.reader = reader;
+    w.max_tokens = max_tokens;
+    w.all_logits = all_logits;
+    return w;
+  }
 };
 
 struct StepOutput {

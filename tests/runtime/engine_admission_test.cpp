@@ -47,11 +47,7 @@ class EngineAdmission : public ::testing::Test {
     return w;
   }
   static StepWork private_work(ContextId c, int32_t reader, std::vector<int32_t> tokens) {
-    StepWork w;
-    w.reader = {c, reader};
-    w.kind = StepWork::Kind::kPrivate;
-    w.tokens = std::move(tokens);
-    return w;
+    return StepWork::private_tokens({c, reader}, std::move(tokens));
   }
 
   lorakv::testing::TinyEngineModel tiny_;

@@ -113,12 +113,7 @@ StepWork context_work(ContextId c, int32_t reader) {
 }
 
 StepWork private_work(ContextId c, int32_t reader, Tokens tokens, bool all_logits) {
-  StepWork w;
-  w.reader = {c, reader};
-  w.kind = StepWork::Kind::kPrivate;
-  w.tokens = std::move(tokens);
-  w.all_logits = all_logits;
-  return w;
+  return StepWork::private_tokens({c, reader}, std::move(tokens), all_logits);
 }
 
 // Runs context work for the readers until none has pending tokens.

@@ -32,12 +32,7 @@ const std::vector<int32_t> kReply = {7, 19, 31, 2, 44, 13, 8, 25, 40, 11};
 const std::vector<int32_t> kNext = {5, 17};
 
 StepWork private_work(ContextId c, int32_t reader, std::vector<int32_t> tokens) {
-  StepWork w;
-  w.reader = {c, reader};
-  w.kind = StepWork::Kind::kPrivate;
-  w.tokens = std::move(tokens);
-  w.all_logits = true;
-  return w;
+  return StepWork::private_tokens({c, reader}, std::move(tokens), true);
 }
 
 class EngineAuthor : public ::testing::Test {

@@ -91,11 +91,7 @@ class EngineEvictionScoring : public ::testing::Test {
     const std::vector<std::vector<float>> before = lane_scores(engine);
     std::vector<StepWork> work;
     for (int32_t i : stepping) {
-      StepWork w;
-      w.reader = {ctx, i};
-      w.kind = StepWork::Kind::kPrivate;
-      w.tokens = {static_cast<int32_t>(7 + i)};
-      work.push_back(w);
+      work.push_back(StepWork::private_tokens({ctx, i}, {static_cast<int32_t>(7 + i)}));
     }
     EXPECT_TRUE(lorakv::testing::step_then_evict(engine, work).ok);
     std::vector<std::vector<float>> added = lane_scores(engine);

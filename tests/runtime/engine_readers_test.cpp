@@ -25,11 +25,7 @@ std::vector<int32_t> text(int32_t n) {
 }
 
 StepWork private_work(ContextId c, int32_t reader, std::vector<int32_t> tokens) {
-  StepWork w;
-  w.reader = {c, reader};
-  w.kind = StepWork::Kind::kPrivate;
-  w.tokens = std::move(tokens);
-  return w;
+  return StepWork::private_tokens({c, reader}, std::move(tokens));
 }
 
 TEST(EngineReaders, ALeavingReaderTakesItsRowsAndStreamsAlong) {

@@ -141,22 +141,11 @@ struct EngineSide {
     return parts.empty() ? at::empty({0, engine.model().config().vocab_size}) : at::cat(parts, 0);
   }
   at::Tensor run_private(int r, const std::vector<int32_t>& tokens) {
-    StepWork w;
-    w.reader = {ctx, r};
-    w.kind = StepWork::Kind::kPrivate;
-    w.tokens = tokens;
-    w.all_logits = true;
-    return engine.step({w}).outputs[0].logits;
+    return engine.step({StepWork::private_tokens({ctx, r}, tokens, true)}).outputs[0].logits;
   }
   void commit(int r) { engine.commit_private({ctx, r}); }
   std::pair<at::Tensor, at::Tensor> decode_two(int r1, int32_t t1, int r2, int32_t t2) {
-    StepWork a, b;
-    a.reader = {ctx, r1};
-    a.kind = b.kind = StepWork::Kind::kPrivate;
-    a.tokens = {t1};
-    b.reader = {ctx, r2};
-    b.tokens = {t2};
-    StepResult res = engine.step({a, b});
+    StepResult res = engine.step({StepWork::private_tokens({ctx, r1}, {t1}), StepWork::private_tokens({ctx, r2}, {t2})});
     return {res.outputs[0].logits, res.outputs[1].logits};
   }
 };
@@ -329,20 +318,8 @@ TEST_F(EngineModes, ContextChunksRunBesideOtherReadersDecodeSteps) {
     prefill(e, {a, 0});
     return std::make_pair(a, b);
   };
-  auto private_work = [](ReaderRef r, std::vector<int32_t> tokens) {
-    StepWork w;
-    w.reader = r;
-    w.kind = StepWork::Kind::kPrivate;
-    w.tokens = std::move(tokens);
-    return w;
-  };
-  auto context_work = [](ReaderRef r) {
-    StepWork w;
-    w.reader = r;
-    w.max_tokens = 9;
-    w.all_logits = true;
-    return w;
-  };
+  auto private_work = [](ReaderRef r, std::vector<int32_t> tokens) { return StepWork::private_tokens(r, std::move(tokens)); };
+  auto context_work = [](ReaderRef r) { return StepWork::context(r, 9, true); };
   Engine together(*model_, small_chunks()), alone(*model_, small_chunks());
   const auto [a1, b1] = setup(together);
   const auto [a2, b2] = setup(alone);
@@ -414,11 +391,8 @@ TEST_F(EngineTest, BadWorkIsRefusedWithoutChangingState) {
   Engine engine(*model_);
   const ContextId ctx = engine.create_context({SharingMode::kBaseShared, SharedWriter::kFirst}, role_set("qv_shared_a"));
   engine.append(ctx, encode("Hello there, planner."));
-  StepWork w;
-  w.reader = {ctx, 0};
-  w.kind = StepWork::Kind::kPrivate;
-  w.tokens = {1, 2};
-  EXPECT_THROW(engine.step({w}), ConfigError);  // the context is not processed yet
+  const StepWork early = StepWork::private_tokens({ctx, 0}, {1, 2});
+  EXPECT_THROW(engine.step({early}), ConfigError);  // the context is not processed yet
   EXPECT_THROW(engine.append(ctx, {-1}), ConfigError);
   EXPECT_THROW(engine.append(ctx, {static_cast<int32_t>(model_->config().vocab_size)}), ConfigError);
   StepWork unknown;
@@ -432,7 +406,7 @@ TEST_F(EngineTest, BadWorkIsRefusedWithoutChangingState) {
   StepWork valid;
   valid.reader = {ctx, 1};
   EXPECT_THROW(engine.step({valid, unknown}), ConfigError);
-  EXPECT_THROW(engine.step({valid, w}), ConfigError);
+  EXPECT_THROW(engine.step({valid, early}), ConfigError);
   EXPECT_TRUE(engine.cache().manager().sequences().empty());
   EXPECT_EQ(engine.cache().manager().index().num_entries(), 0);
   EXPECT_EQ(engine.cache().stats().bytes_in_use, 0);
