@@ -1,5 +1,6 @@
 """Plots `lorakv bench memory`'s CSVs: KV bytes and the ratio against N full caches per mode
-(memory.png), and the aggregate decode tokens/s of every mode per context length (latency.png)."""
+(memory.png), the aggregate decode tokens/s of every mode per context length (latency.png),
+and an aLoRA reply's base rows at commit against in each decode step (alora_reply.png)."""
 import argparse
 import csv
 from pathlib import Path
@@ -31,12 +32,35 @@ def plot_decode(d: Path) -> None:
     fig.savefig(d / "latency.png", dpi=110)
 
 
+def plot_alora_reply(d: Path) -> None:
+    rows = list(csv.DictReader(open(d / "alora_reply.csv")))
+    if not rows:
+        return
+    lengths = [int(r["context_tokens"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    width = 0.38
+    xs = range(len(rows))
+    ax.bar([x - width / 2 for x in xs], [1e3 * float(r["commit_seconds_per_row"]) for r in rows], width,
+           label="commit pass (batch), per reply row")
+    ax.bar([x + width / 2 for x in xs], [1e3 * float(r["base_row_in_step_seconds"]) for r in rows], width,
+           label="a base row beside each decode step")
+    ax.set_xticks(list(xs), [f"{t}-token context" for t in lengths])
+    ax.set_ylabel("ms per reply row")
+    ax.set_title("An aLoRA reply's base rows: where to compute them")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(d / "alora_reply.png", dpi=110)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     d = Path(p.parse_args().dir)
     if (d / "latency.csv").exists():
         plot_decode(d)
+    if (d / "alora_reply.csv").exists():
+        plot_alora_reply(d)
     if not (d / "memory.csv").exists():
         return
     rows = [r for r in csv.DictReader(open(d / "memory.csv")) if r["layout"] == "per_layer" and r.get("eviction", "none") == "none"]

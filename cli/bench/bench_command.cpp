@@ -60,11 +60,13 @@ against full (per-token KL, top-1 agreement) with the trained role adapters; tim
 token of a joining agent and aggregate decode of 8 agents, as ratios against full. Each
 part also runs activated LoRA (aLoRA) twins of the adapters (the same factors, invoked by
 their turn header): 1 to 16 aLoRA agents on the longest trajectory, their fidelity against
-their own exact forward, and their time to first token and decode.
+their own exact forward, and their time to first token and decode. The alora_reply part
+times what an aLoRA reply's base rows cost: processed again at commit (a batch), against a
+base-weight row beside each of its decode steps.
 The fidelity part also writes KL and top-1 per role and per the role's turn ordinal
 (fidelity_turns.csv) and, on the short contexts, per layer the relative error of the K and
 V rows each reader sees against its own full rows (fidelity_layers.csv).
-Writes memory.csv, fidelity.csv, latency.csv and memory.png under --out. Run it with
+Writes memory.csv, fidelity.csv, latency.csv, alora_reply.csv and their PNGs under --out. Run it with
 nothing else on the machine: the timings are ratios measured in one run.
 
 flags:
@@ -77,10 +79,12 @@ flags:
   --full              the whole grid: T in 512 2048 8192, 12 short and 3 long fidelity
                       contexts for both sets, decode on 2048 and 4096 tokens (about an
                       hour on 2 cores)
-  --parts LIST        comma-separated subset of memory,fidelity,latency (default all)
+  --parts LIST        comma-separated subset of memory,fidelity,latency,alora_reply
+                      (default all)
   --lengths LIST      context lengths T of the memory grid, e.g. 512,2048 (overrides the grid's)
   --agents LIST       agent counts N of the memory grid, e.g. 1,8,16
-  --decode-lengths LIST  context lengths of the 8-agent decode, e.g. 2048,4096
+  --decode-lengths LIST  context lengths of the 8-agent decode and the aLoRA reply, e.g.
+                      2048,4096
   --fidelity-short N  short fidelity contexts, one held-out trajectory each (default 4,
                       --full 12)
   --fidelity-long N   long fidelity contexts, trajectories appended to about 2K tokens
@@ -199,10 +203,10 @@ int run_memory_bench(const std::vector<std::string>& args, std::ostream& out) {
   int_list("--lengths", o.lengths, 1 << 20);
   int_list("--agents", o.agents, 64);
   int_list("--decode-lengths", o.decode_lengths, 1 << 20);
-  const std::vector<std::string> parts = split(a.get("--parts").value_or("memory,fidelity,latency"));
+  const std::vector<std::string> parts = split(a.get("--parts").value_or("memory,fidelity,latency,alora_reply"));
   for (const std::string& p : parts) {
-    if (p != "memory" && p != "fidelity" && p != "latency") {
-      throw UsageError("unknown part", {"", "--parts", "memory, fidelity or latency", p, ""});
+    if (p != "memory" && p != "fidelity" && p != "latency" && p != "alora_reply") {
+      throw UsageError("unknown part", {"", "--parts", "memory, fidelity, latency or alora_reply", p, ""});
     }
   }
   std::filesystem::create_directories(o.out_dir);
@@ -220,8 +224,9 @@ int run_memory_bench(const std::vector<std::string>& args, std::ostream& out) {
     if (p == "memory") run_memory_grid(w, o, out);
     if (p == "fidelity") run_fidelity(w, o, out);
     if (p == "latency") run_latency(w, o, out);
+    if (p == "alora_reply") run_alora_reply(w, o, out);
   }
-  for (const char* part : {"memory", "latency"}) {
+  for (const char* part : {"memory", "latency", "alora_reply"}) {
     if (std::find(parts.begin(), parts.end(), part) != parts.end()) plot(o, std::string(part) + ".png", out);
   }
   char line[96];
