@@ -11,6 +11,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def finish_bars(fig, ax, ylabel: str, title: str, path: Path) -> None:
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def plot_decode(d: Path) -> None:
     rows = [r for r in csv.DictReader(open(d / "latency.csv")) if r["metric"] == "decode_aggregate"]
     lengths = sorted({int(r["context_tokens"]) for r in rows})
@@ -24,12 +33,8 @@ def plot_decode(d: Path) -> None:
         xs = [k + i * width for k in range(len(modes))]
         ax.bar(xs, [by_mode.get(m, 0.0) for m in modes], width, label=f"{t}-token context")
     ax.set_xticks([k + width * (len(lengths) - 1) / 2 for k in range(len(modes))], modes, rotation=20, ha="right")
-    ax.set_ylabel("aggregate decode tokens/s")
-    ax.set_title("8 agents decoding on one shared context (one agent alone for comparison)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(d / "latency.png", dpi=110)
+    finish_bars(fig, ax, "aggregate decode tokens/s",
+                "8 agents decoding on one shared context (one agent alone for comparison)", d / "latency.png")
 
 
 def plot_alora_reply(d: Path) -> None:
@@ -45,12 +50,7 @@ def plot_alora_reply(d: Path) -> None:
     ax.bar([x + width / 2 for x in xs], [1e3 * float(r["base_row_in_step_seconds"]) for r in rows], width,
            label="a base row beside each decode step")
     ax.set_xticks(list(xs), [f"{t}-token context" for t in lengths])
-    ax.set_ylabel("ms per reply row")
-    ax.set_title("An aLoRA reply's base rows: where to compute them")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(d / "alora_reply.png", dpi=110)
+    finish_bars(fig, ax, "ms per reply row", "An aLoRA reply's base rows: where to compute them", d / "alora_reply.png")
 
 
 def main() -> None:
