@@ -43,14 +43,17 @@ def plot_alora_reply(d: Path) -> None:
         return
     lengths = [int(r["context_tokens"]) for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    width = 0.38
+    width = 0.27
     xs = range(len(rows))
-    ax.bar([x - width / 2 for x in xs], [1e3 * float(r["commit_seconds_per_row"]) for r in rows], width,
-           label="commit pass (batch), per reply row")
-    ax.bar([x + width / 2 for x in xs], [1e3 * float(r["base_row_in_step_seconds"]) for r in rows], width,
-           label="a base row beside each decode step")
+    ax.bar([x - width for x in xs], [1e3 * float(r["commit_seconds_per_row"]) for r in rows], width,
+           label="aLoRA: commit pass (batch), per reply row")
+    ax.bar(list(xs), [1e3 * float(r["base_row_in_step_seconds"]) for r in rows], width,
+           label="aLoRA: a base row beside each decode step")
+    if "author_commit_seconds_per_row" in rows[0]:
+        ax.bar([x + width for x in xs], [1e3 * float(r["author_commit_seconds_per_row"]) for r in rows], width,
+               label="writer author: commit pass (what keeping its rows saves)")
     ax.set_xticks(list(xs), [f"{t}-token context" for t in lengths])
-    finish_bars(fig, ax, "ms per reply row", "An aLoRA reply's base rows: where to compute them", d / "alora_reply.png")
+    finish_bars(fig, ax, "ms per reply row", "A reply's rows: at commit or while it is generated", d / "alora_reply.png")
 
 
 def main() -> None:

@@ -11,11 +11,15 @@
 //     as a fused base pass would; the step's extra time over the agent alone, per reply row.
 //     (The base reader also computes its row's logits, which a fused pass would not need: an
 //     upper bound by one row of the output head.)
+// Beside them, what keeping a standard agent's rows at commit (issue's "fast form" of writer
+// `author`) would save: the same reply by the qv_shared_a planner in `base_lr_shared:author`,
+// whose commit is processed again by its author, timed the same way.
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,13 +44,14 @@ struct ReplySide {
   std::unique_ptr<runtime::Engine> engine;
   ContextId ctx;
 };
-ReplySide prepare(BenchWorkload& w, const std::vector<AdapterPtr>& readers, const std::vector<int32_t>& text) {
+ReplySide prepare(BenchWorkload& w, const std::vector<AdapterPtr>& readers, const std::vector<int32_t>& text,
+                  SharedWriter writer = SharedWriter::kFirst) {
   ReplySide s;
   runtime::EngineOptions eo;
   eo.base_rows = static_cast<int64_t>(text.size()) + 4 * (kReplyTokens + 64);
   eo.residual_rows = eo.base_rows;
   s.engine = std::make_unique<runtime::Engine>(w.model(), eo);
-  s.ctx = s.engine->create_context({SharingMode::kBaseLrShared, SharedWriter::kFirst}, readers);
+  s.ctx = s.engine->create_context({SharingMode::kBaseLrShared, writer}, readers);
   s.engine->append(s.ctx, text);
   for (int32_t r = 0; r < static_cast<int32_t>(readers.size()); ++r) runtime::prefill(*s.engine, {s.ctx, r});
   return s;
@@ -77,22 +82,31 @@ double decode_reply(ReplySide& s, const std::vector<int32_t>& header) {
 
 struct ReplyTimes {
   double step_alone = 0, step_with_base = 0, commit = 0, commit_rows = 0;
+  double author_step = 0, author_commit = 0, author_rows = 0;  // base_lr_shared:author, standard planner
 };
 
+// Commits reader 0's reply and runs the context work it leaves; the seconds, and the rows
+// (checked to be the reply processed again, not adopted).
+double timed_commit(ReplySide& s, double* rows) {
+  const int64_t again = s.engine->committed_tokens_processed_again();
+  const double start = bench_seconds();
+  *rows = static_cast<double>(s.engine->commit_private({s.ctx, 0}));
+  runtime::prefill(*s.engine, {s.ctx, 0});
+  const double seconds = bench_seconds() - start;
+  LORAKV_CHECK(s.engine->committed_tokens_processed_again() - again == static_cast<int64_t>(*rows), InternalError,
+               "the reply was not processed again at commit");
+  return seconds;
+}
+
+// The three sides in an order rotated by `rep`.
 ReplyTimes one_repetition(BenchWorkload& w, const std::vector<int32_t>& text, const std::vector<int32_t>& header,
-                          bool base_side_first) {
+                          int64_t rep) {
   const std::vector<AdapterPtr> planner = w.alora_agents(1, "planner");
   ReplyTimes t;
   auto alone_side = [&]() {
     ReplySide s = prepare(w, planner, text);
     t.step_alone = decode_reply(s, header);
-    const int64_t again = s.engine->committed_tokens_processed_again();
-    const double start = bench_seconds();
-    t.commit_rows = static_cast<double>(s.engine->commit_private({s.ctx, 0}));
-    runtime::prefill(*s.engine, {s.ctx, 0});
-    t.commit = bench_seconds() - start;
-    LORAKV_CHECK(s.engine->committed_tokens_processed_again() - again == static_cast<int64_t>(t.commit_rows),
-                 InternalError, "the aLoRA reply was not processed again at commit");
+    t.commit = timed_commit(s, &t.commit_rows);
   };
   auto base_side = [&]() {
     std::vector<AdapterPtr> readers = planner;
@@ -100,9 +114,13 @@ ReplyTimes one_repetition(BenchWorkload& w, const std::vector<int32_t>& text, co
     ReplySide s = prepare(w, readers, text);
     t.step_with_base = decode_reply(s, header);
   };
-  if (base_side_first) base_side();
-  alone_side();
-  if (!base_side_first) base_side();
+  auto author_side = [&]() {
+    ReplySide s = prepare(w, {w.shared_a[0]}, text, SharedWriter::kAuthor);  // the trained planner
+    t.author_step = decode_reply(s, header);
+    t.author_commit = timed_commit(s, &t.author_rows);
+  };
+  const std::vector<std::function<void()>> sides = {alone_side, base_side, author_side};
+  for (size_t k = 0; k < sides.size(); ++k) sides[(k + static_cast<size_t>(rep)) % sides.size()]();
   return t;
 }
 
@@ -112,33 +130,55 @@ void run_alora_reply(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream
   const std::string path = o.out_dir + "/alora_reply.csv";
   std::ofstream csv(path);
   csv << "context_tokens,reply_rows,commit_seconds,commit_seconds_per_row,step_alone_seconds,"
-         "step_with_base_row_seconds,base_row_in_step_seconds,in_step_over_commit,repetitions\n";
+         "step_with_base_row_seconds,base_row_in_step_seconds,in_step_over_commit,author_commit_seconds_per_row,"
+         "author_step_seconds,author_commit_share,repetitions\n";
   out << "\nAn aLoRA reply's base rows: the commit's batch pass against a base row beside each decode step ("
       << kReplyTokens << " generated tokens, base_lr_shared, median of " << o.repetitions << ", sides alternated)\n"
       << "| context | commit pass ms/row | decode step alone ms | with a base row ms | base row in the step ms | "
          "in step / commit |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n";
   const std::vector<int32_t> header = w.encode("<|im_start|>planner\n");
+  struct AuthorRow {
+    size_t context;
+    double per_row, step, share;
+  };
+  std::vector<AuthorRow> authors;
   for (int64_t tokens : o.decode_lengths) {
     const std::vector<int32_t> text = w.real_text(tokens);
-    std::vector<double> commit, per_row, alone, with_base, in_step;
+    std::vector<double> commit, per_row, alone, with_base, in_step, author_per_row, author_step, author_share;
     double rows = 0;
     for (int64_t rep = 0; rep < o.repetitions; ++rep) {
       std::fprintf(stderr, "[%7.1f s] aLoRA reply on %lld tokens: repetition %lld ...\n", bench_seconds(),
                    static_cast<long long>(tokens), static_cast<long long>(rep + 1));
-      const ReplyTimes t = one_repetition(w, text, header, rep % 2 == 1);
+      const ReplyTimes t = one_repetition(w, text, header, rep);
       rows = t.commit_rows;
       commit.push_back(t.commit);
       per_row.push_back(t.commit / t.commit_rows);
       alone.push_back(t.step_alone);
       with_base.push_back(t.step_with_base);
       in_step.push_back(t.step_with_base - t.step_alone);
+      author_per_row.push_back(t.author_commit / t.author_rows);
+      author_step.push_back(t.author_step);
+      // The commit's share of the reply's time: its decode steps, then the commit pass.
+      author_share.push_back(t.author_commit / (static_cast<double>(kReplyTokens) * t.author_step + t.author_commit));
     }
+    authors.push_back({text.size(), median(author_per_row), median(author_step), median(author_share)});
     const double c = median(per_row), extra = median(in_step);
     csv << text.size() << "," << rows << "," << median(commit) << "," << c << "," << median(alone) << ","
-        << median(with_base) << "," << extra << "," << extra / c << "," << o.repetitions << "\n";
+        << median(with_base) << "," << extra << "," << extra / c << "," << authors.back().per_row << ","
+        << authors.back().step << "," << authors.back().share << "," << o.repetitions << "\n";
     char line[200];
     std::snprintf(line, sizeof line, "| %zu | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", text.size(), 1e3 * c,
                   1e3 * median(alone), 1e3 * median(with_base), 1e3 * extra, extra / c);
+    out << line;
+  }
+  out << "\nWhat keeping the author's rows at commit would save (writer author's fast form): the same reply by the "
+         "qv_shared_a planner in base_lr_shared:author, processed again by its author at commit\n"
+      << "| context | commit pass ms/row | decode step ms | commit share of the reply's time |\n"
+         "| ---: | ---: | ---: | ---: |\n";
+  for (const AuthorRow& a : authors) {
+    char line[160];
+    std::snprintf(line, sizeof line, "| %zu | %.2f | %.2f | %.1f%% |\n", a.context, 1e3 * a.per_row, 1e3 * a.step,
+                  100 * a.share);
     out << line;
   }
   out << "wrote " << path << "\n";

@@ -82,8 +82,8 @@ BenchWorkload load_workload(const MemoryBenchOptions& o, std::ostream& log);
 void run_memory_grid(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out);
 void run_fidelity(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out);
 void run_latency(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out);
-// An aLoRA reply's base rows: the commit's batch pass against a base row in each decode step
-// (bench_alora_reply.cpp), on each of o.decode_lengths.
+// An aLoRA reply's base rows: the commit's batch pass against a base row in each decode step,
+// and writer author's commit pass (bench_alora_reply.cpp), on each of o.decode_lengths.
 void run_alora_reply(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream& out);
 
 // Teacher-forced replays of held-out trajectories (bench_fidelity.cpp). The role turns'
