@@ -201,7 +201,7 @@ struct LoraAttentionStats {
   int64_t key_splits = 0;           // most pieces one (base, KV head) was split into
   int64_t threads = 0;              // threads that ran the work items
   bool plan_reused = false;         // the call ran the plan an earlier call made (LoraAttentionPlan)
-  bool integer_qk = false;          // the path's integer QK form ran (LoraAttentionParams::integer_qk)
+  bool integer_qk = false;          // the integer QK form ran (LoraAttentionParams::integer_qk; it acts on int8 items only)
 };
 
 namespace cpu {
