@@ -107,9 +107,10 @@ std::vector<int64_t> CacheManager::residual_rows_to_add(const SequenceState& s, 
                                                         int64_t lane, int64_t num_tokens) const {
   const BaseLane& base = s.lanes[static_cast<size_t>(lane)];
   const int64_t fill = r.lanes[static_cast<size_t>(lane)].num_rows;
-  const auto end = std::lower_bound(base.positions.begin(), base.positions.end(), r.covered + num_tokens);
+  const int64_t from = s.first_position + r.covered;  // covered counts from the sequence's first position
+  const auto end = std::lower_bound(base.positions.begin(), base.positions.end(), from + num_tokens);
   std::vector<int64_t> offsets;
-  for (auto it = base.positions.begin() + fill; it != end; ++it) offsets.push_back(*it - r.covered);
+  for (auto it = base.positions.begin() + fill; it != end; ++it) offsets.push_back(*it - from);
   return offsets;
 }
 

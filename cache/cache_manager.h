@@ -122,7 +122,9 @@ struct ResidualStream {
   std::vector<int64_t> ranks;           // per layer; 0 = module not adapted at that layer
   std::vector<int32_t> pools;           // per layer; -1 where the rank is 0
   std::vector<BlockTable> lanes;        // per lane, parallel to the base lanes
-  int64_t covered = 0;                  // positions [0, covered) have residual rows (where kept)
+  // Positions [0, covered) have residual rows (where kept); in a suffix sequence, the
+  // positions covered from its first_position on.
+  int64_t covered = 0;
   WriterRuns writers;                   // per covered position (writers.size() == covered)
   std::vector<EntryId> chain;           // its indexed blocks, one entry per token block
 };
@@ -282,7 +284,8 @@ class CacheManager {
   void create_sequence(SeqId seq, const ContentKey& base_key, const PrefixMatch& match = {});
   // A sequence whose rows start at `first_position`: the private continuation of rows held
   // by another sequence (an agent's reply after its context's shared rows). It is never
-  // indexed (its rows depend on rows it does not hold) and takes no residual streams.
+  // indexed (its rows depend on rows it does not hold); its residual streams cover its own
+  // positions from its first on.
   void create_suffix_sequence(SeqId seq, const ContentKey& base_key, int64_t first_position);
   // dst shares every block of src (copy-on-write on later writes). Needs no free blocks.
   void fork(SeqId src, SeqId dst);
@@ -294,12 +297,14 @@ class CacheManager {
   Capacity can_append(SeqId seq, const AppendRequest& request) const;
   std::optional<AppendSlots> append(SeqId seq, const AppendRequest& request);
 
-  // Moves the rows of `suffix` (a suffix sequence starting right after `seq`'s last row, with
-  // base rows only) onto the end of `seq`, which must have no residual streams: the rows are
-  // copied (StorageOps moves), tokens and writers appended, full blocks indexed; the
-  // caller releases the suffix once the moves are applied. An agent's reply whose private
-  // rows equal the context's rows is committed this way instead of being processed again.
-  // nullopt (no change) when the pool has too few free blocks.
+  // Moves the rows of `suffix` (a suffix sequence starting right after `seq`'s last row)
+  // onto the end of `seq`: its base rows, and each of its residual streams' rows onto the
+  // stream of the same key in `seq`, which must cover every position of `seq` (streams of
+  // `seq` the suffix lacks stay behind, to be filled later). The rows are copied (StorageOps
+  // moves), tokens and writers appended, full blocks indexed; the caller releases the
+  // suffix once the moves are applied. An agent's reply whose rows equal the context's rows
+  // is committed this way instead of being processed again. nullopt (no change) when a pool
+  // has too few free blocks.
   Capacity can_adopt_suffix(SeqId seq, SeqId suffix) const;
   std::optional<StorageOps> adopt_suffix(SeqId seq, SeqId suffix);
 
@@ -361,6 +366,7 @@ class CacheManager {
   std::vector<int64_t> residual_rows_to_add(const SequenceState& s, const ResidualStream& r, int64_t lane,
                                             int64_t num_tokens) const;
   LaneSlots append_rows(int32_t pool, BlockTable& table, int64_t add, uint32_t tag, StorageOps& ops);
+  void adopt_rows(int32_t pool, const BlockTable& from, BlockTable& to, uint32_t tag, StorageOps& ops);
   void release_block(int32_t pool, BlockId block);
   // n blocks of `pool` (free first, then cached ones, whose index entries go), or nullopt.
   std::optional<std::vector<BlockId>> take_blocks(int32_t pool, int64_t n, uint32_t tag);

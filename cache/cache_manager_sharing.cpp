@@ -74,7 +74,6 @@ int64_t CacheManager::attach_residual(SeqId seq, const ContentKey& key, std::vec
   SequenceState& s = state(seq);
   LORAKV_ASSERT(key.kind != StreamKind::kBase && key.dtype == config_.residual_dtype, "bad residual content key");
   LORAKV_ASSERT(residual_index(s, key) < 0, "residual stream attached twice");
-  LORAKV_ASSERT(s.first_position == 0, "suffix sequences take no residual streams");
   LORAKV_ASSERT(static_cast<int64_t>(ranks.size()) == layout().num_layers, "one rank per layer needed");
   remember(seq);
   ResidualStream r;
@@ -174,10 +173,26 @@ Capacity CacheManager::can_adopt_suffix(SeqId seq, SeqId suffix) const {
   const SequenceState& x = sequence(suffix);
   LORAKV_ASSERT(x.first_position == s.first_position + s.num_positions,
                 "suffix " << suffix.value() << " does not start after sequence " << seq.value());
-  LORAKV_ASSERT(s.residuals.empty() && x.residuals.empty(), "adopting rows of a sequence with residual streams");
   AppendRequest as_append;
   as_append.tokens.assign(static_cast<size_t>(x.num_positions), 0);  // can_append counts them
+  for (const ResidualStream& xr : x.residuals) {
+    const ResidualStream* r = s.find_residual(xr.key);
+    LORAKV_ASSERT(r != nullptr && r->ranks == xr.ranks, "adopting a residual stream the sequence does not have");
+    LORAKV_ASSERT(r->covered == s.num_positions && xr.covered == x.num_positions,
+                  "adopting residual rows beside a stream that does not cover every position");
+    as_append.residuals.push_back({xr.key, x.num_positions});
+  }
   return can_append(seq, as_append);
+}
+
+// The rows of `from` (a suffix's table) appended to `to`, as moves within `pool`.
+void CacheManager::adopt_rows(int32_t pool, const BlockTable& from, BlockTable& to, uint32_t tag, StorageOps& ops) {
+  const int64_t n = from.num_rows, bs = layout().block_size;
+  const LaneSlots dst = append_rows(pool, to, n, tag, ops);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t slot = from.blocks[static_cast<size_t>(j / bs)].value() * bs + j % bs;
+    ops.moves.push_back({pool, slot, dst.slots[static_cast<size_t>(j)]});
+  }
 }
 
 std::optional<StorageOps> CacheManager::adopt_suffix(SeqId seq, SeqId suffix) {
@@ -188,17 +203,20 @@ std::optional<StorageOps> CacheManager::adopt_suffix(SeqId seq, SeqId suffix) {
   const int64_t n = x.num_positions;
   StorageOps ops;
   const uint32_t tag = tag_for(s.base_key.adapter);
-  const int64_t bs = layout().block_size;
   for (size_t lane = 0; lane < s.lanes.size(); ++lane) {
-    const LaneSlots dst = append_rows(0, s.lanes[lane].table, n, tag, ops);
-    const BlockTable& src = x.lanes[lane].table;
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t from = src.blocks[static_cast<size_t>(j / bs)].value() * bs + j % bs;
-      ops.moves.push_back({0, from, dst.slots[static_cast<size_t>(j)]});
-    }
+    adopt_rows(0, x.lanes[lane].table, s.lanes[lane].table, tag, ops);
     const std::vector<int32_t>& positions = x.lanes[lane].positions;
     s.lanes[lane].positions.insert(s.lanes[lane].positions.end(), positions.begin(), positions.end());
     s.lanes[lane].extend_row_state();
+  }
+  for (const ResidualStream& xr : x.residuals) {
+    ResidualStream& r = *s.find_residual(xr.key);  // checked by can_adopt_suffix
+    for (int64_t lane = 0; lane < layout().num_lanes(); ++lane) {
+      const int32_t pool = r.pools[static_cast<size_t>(layout().layer_of(lane))];
+      if (pool >= 0) adopt_rows(pool, xr.lanes[static_cast<size_t>(lane)], r.lanes[static_cast<size_t>(lane)], tag_for(r.key.adapter), ops);
+    }
+    r.covered += xr.covered;
+    r.writers.append(xr.writers);
   }
   if (s.keeps_tokens) s.tokens.insert(s.tokens.end(), x.tokens.begin(), x.tokens.end());
   s.num_positions += n;

@@ -266,6 +266,7 @@ void Engine::release_context(ContextId context) {
   for (ReaderState& r : c.readers) {
     if (r.own_seq.valid()) cache_->release(r.own_seq);
     if (r.private_seq.valid()) cache_->release(r.private_seq);
+    if (r.author_rows.valid()) cache_->release(r.author_rows);
   }
   state_->contexts.erase(context.value());
 }
@@ -317,7 +318,7 @@ void Engine::remove_reader(ReaderRef ref) {
   ContextState& c = state_->context(ref.context);
   ReaderState& r = state_->reader(ref);  // throws for an unknown reader or one that left
   if (r.own_seq.valid()) cache_->release(r.own_seq);
-  if (r.private_seq.valid()) cache_->release(r.private_seq);
+  drop_private(ref);
   // Streams no remaining reader reads go (ContextState::streams counts the readers).
   for (const ReaderStream& s : r.streams) {
     if (--c.streams.at(s.key).readers > 0) continue;
@@ -340,15 +341,14 @@ int64_t Engine::commit_private(ReaderRef reader) {
   ReaderState& r = state_->reader(reader);
   const std::vector<int32_t> tokens = r.private_tokens;
   const int64_t output_tokens = c.output_tokens + static_cast<int64_t>(tokens.size());
-  const SeqId target = adoption_target(*cache_, c, r);
-  if (target.valid() && cache_->adopt_suffix(target, r.private_seq)) {
+  const Adoption adopt = adoption(*cache_, c, r);
+  if (adopt.target.valid() && cache_->adopt_suffix(adopt.target, adopt.rows)) {
     c.tokens.insert(c.tokens.end(), tokens.begin(), tokens.end());
     c.authors.append(static_cast<int64_t>(tokens.size()), r.context_identity());
     c.output_tokens = output_tokens;
-    r.private_seq = SeqId();  // released by adopt_suffix
-    r.private_tokens.clear();
-    r.private_after = 0;
-    r.active_from = -1;
+    if (adopt.rows == r.private_seq) r.private_seq = SeqId();  // released by adopt_suffix
+    if (adopt.rows == r.author_rows) r.author_rows = SeqId();
+    drop_private(reader);  // what was not adopted
     ++state_->adopted_commits;
     return static_cast<int64_t>(tokens.size());
   }
@@ -362,7 +362,8 @@ int64_t Engine::commit_private(ReaderRef reader) {
 void Engine::drop_private(ReaderRef reader) {
   ReaderState& r = state_->reader(reader);
   if (r.private_seq.valid()) cache_->release(r.private_seq);
-  r.private_seq = SeqId();
+  if (r.author_rows.valid()) cache_->release(r.author_rows);
+  r.private_seq = r.author_rows = SeqId();
   r.private_tokens.clear();
   r.private_after = 0;
   r.active_from = -1;
@@ -439,6 +440,7 @@ ContextMemory Engine::context_memory(ContextId context) const {
   for (const ReaderState& r : c.readers) {
     if (r.own_seq.valid()) collect_blocks(m.sequence(r.own_seq), own, residual);
     if (r.private_seq.valid()) collect_blocks(m.sequence(r.private_seq), priv, unused);
+    if (r.author_rows.valid()) collect_blocks(m.sequence(r.author_rows), priv, priv);
   }
   return {bytes_of(shared, block_bytes), bytes_of(own, block_bytes), bytes_of(residual, block_bytes),
           bytes_of(priv, block_bytes)};

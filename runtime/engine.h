@@ -89,6 +89,11 @@ struct EngineOptions {
   // index = position, as without it. Costs a rotation per key tile per step. One token set
   // per layer only.
   bool rerotate = false;
+  // Writer `author` in base_shared and base_lr_shared: a reply keeps its rows a second time
+  // in the shared layout while it decodes (base rows and C rows beside its full rows, about
+  // twice a reply's private bytes), so its commit adopts them instead of processing the
+  // reply again (docs/sharing_modes.md, "Commit"). false: the reply is processed again.
+  bool keep_author_rows = true;
 };
 
 // "float32" (or f32), "bfloat16" (bf16), "int8"; ConfigError naming `key` otherwise.

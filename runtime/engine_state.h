@@ -45,6 +45,11 @@ struct ReaderState {
   SeqId private_seq;
   int64_t private_after = 0;
   std::vector<int32_t> private_tokens;
+  // Writer author's fast form (keeps_author_rows): the same rows again in the shared layout,
+  // a suffix sequence (shared_base_key) of base rows from the reader's hidden states with
+  // the C rows of its streams_to_fill, which commit_private adopts into the shared rows.
+  // Invalid otherwise; it lives and goes with private_seq.
+  SeqId author_rows;
   QueryAnchor own_anchor;  // capkv in full: the queries that wrote own_seq
   // An activated LoRA reader (aLoRA): the position where its adapted span begins, the last
   // occurrence of its invocation tokens in its first private work; -1 before that work.

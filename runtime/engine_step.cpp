@@ -90,6 +90,30 @@ cache::AppendRequest append_request(const Item& it) {
   return req;
 }
 
+// Writer author's fast form: the rows of a reply `r` begins kept again in the shared layout
+// (ReaderState::author_rows): a suffix sequence after the same context tokens, with the
+// streams the reader fills as a writer of the shared rows.
+void start_author_rows(cache::PagedKvCache& cache, Engine::State& st, const ContextState& c, ReaderState& r) {
+  r.author_rows = st.new_seq();
+  cache.create_suffix_sequence(r.author_rows, shared_base_key(c.options.mode, cache.manager().config().base_dtype),
+                               r.private_after);
+  for (const ReaderStream& s : streams_to_fill(c, r)) cache.attach_residual(r.author_rows, s.key, s.ranks, {});
+}
+
+// What a private item writes into the reader's author rows: its tokens' base rows, as the
+// reader's writing of the context would (its context identity), and their C rows.
+cache::AppendRequest author_request(const ContextState& c, const ReaderState& r, Item& it) {
+  it.author_rows = r.author_rows;
+  cache::AppendRequest req;
+  req.writer = r.context_identity();
+  req.tokens = it.tokens;
+  for (const ReaderStream& s : streams_to_fill(c, r)) {
+    it.author_fills.push_back(&s);
+    req.residuals.push_back({s.key, it.end - it.start});
+  }
+  return req;
+}
+
 // The private items of a kPrivate work entry: its tokens after the reader's private rows.
 // One item, or for an aLoRA reader whose first private work holds its invocation after
 // other tokens (an instruction), two: the tokens before it with the base weights, then the
@@ -234,21 +258,30 @@ void admit_entry(Admission& a, const StepWork& w, size_t entry) {
     if (!r.private_seq.valid()) {
       r.private_seq = a.state.new_seq();
       a.cache.create_suffix_sequence(r.private_seq, private_key(r, a.cache.manager().config().base_dtype), r.private_after);
+      if (a.options.keep_author_rows && keeps_author_rows(c, r)) start_author_rows(a.cache, a.state, c, r);
       for (Item& it : planned) it.write_seq = it.private_seq = r.private_seq;
     }
   }
   std::vector<int64_t> reserved(static_cast<size_t>(pools), 0);
-  for (Item& it : planned) {
-    const cache::AppendRequest req = append_request(it);
-    if (req.tokens.empty() && req.residuals.empty()) continue;
-    const cache::Capacity cap = a.cache.can_append(it.write_seq, req);
+  // Reserves `req` in `seq` into `slots`, or defers the entry (false).
+  const auto reserve = [&](SeqId seq, const cache::AppendRequest& req, std::optional<cache::AppendSlots>& slots) {
+    if (req.tokens.empty() && req.residuals.empty()) return true;
+    const cache::Capacity cap = a.cache.can_append(seq, req);
     if (!cap.ok) {
       defer(a, entry, shortfall_text(cap), cap, std::nullopt);
+      return false;
+    }
+    slots = a.cache.append(seq, req);
+    LORAKV_ASSERT(slots.has_value(), "append failed after can_append said yes");
+    for (size_t p = 0; p < cap.blocks_needed.size(); ++p) reserved[p] += cap.blocks_needed[p];
+    return true;
+  };
+  for (Item& it : planned) {
+    if (!reserve(it.write_seq, append_request(it), it.slots)) return;
+    if (w.kind == StepWork::Kind::kPrivate && r.author_rows.valid() &&
+        !reserve(r.author_rows, author_request(c, r, it), it.author_slots)) {
       return;
     }
-    it.slots = a.cache.append(it.write_seq, req);
-    LORAKV_ASSERT(it.slots.has_value(), "append failed after can_append said yes");
-    for (size_t p = 0; p < cap.blocks_needed.size(); ++p) reserved[p] += cap.blocks_needed[p];
   }
   a.undo.keep_entry();
   StepStats& stats = a.result.stats;

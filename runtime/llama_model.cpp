@@ -78,8 +78,10 @@ int64_t LlamaModel::module_width(Module module) const {
 }
 
 at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, const LinearWeight& weight,
-                               std::initializer_list<Module> modules, const StepPlan& plan) const {
+                               std::initializer_list<Module> modules, const StepPlan& plan,
+                               at::Tensor* base_copy) const {
   at::Tensor out = weight.linear(x);  // [T, Σ widths]: the base projection, kept apart from LoRA
+  if (base_copy != nullptr) *base_copy = out.clone();
   if (plan.adapter_rows.empty()) return out;
   int64_t offset = 0;
   for (Module module : modules) {
@@ -251,6 +253,7 @@ at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
   // RoPE by each row's rope position (its position unless the sequence gives another).
   std::tie(plan.rope_cos, plan.rope_sin) = kernels::rope_cos_sin(at::tensor(rope_positions, at::kLong), inv_freq_);  // [T, D] each
 
+  const bool base_kv_too = std::any_of(batch.begin(), batch.end(), [](const SequenceInput& s) { return s.base_kv_too; });
   const LinearWeight& embed = weights_.embed_tokens;
   at::Tensor hidden = embed.quant.defined() ? embed.quant.dequantize_rows(id_tensor).to(dtype())
                                             : at::embedding(embed.dense, id_tensor).to(dtype());  // [T, hidden]
@@ -260,13 +263,21 @@ at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
     LayerAttentionInput in;
     in.layer = l;
     in.x = kernels::rms_norm(hidden, w.attn_norm, c.rms_norm_eps);
-    const at::Tensor qkv = project(in.x, l, w.qkv, {Module::kQ, Module::kK, Module::kV}, plan);  // [T, q + 2 kv]
+    at::Tensor qkv_base;  // [T, q + 2 kv] before any adapter's update, when a sequence asks
+    const at::Tensor qkv = project(in.x, l, w.qkv, {Module::kQ, Module::kK, Module::kV}, plan,
+                                   base_kv_too ? &qkv_base : nullptr);  // [T, q + 2 kv]
     in.q = qkv.narrow(1, 0, q_dim).view({total, c.num_heads, c.head_dim});
     in.k = qkv.narrow(1, q_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
     in.v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
     if (backend.keys_before_rope()) in.k_before_rope = in.k.clone();
     kernels::apply_rope_(in.q, plan.rope_cos, plan.rope_sin);  // in place, in the qkv buffer
     kernels::apply_rope_(in.k, plan.rope_cos, plan.rope_sin);
+    if (base_kv_too) {
+      in.k_base = qkv_base.narrow(1, q_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
+      in.v_base = qkv_base.narrow(1, q_dim + kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
+      if (backend.keys_before_rope()) in.k_base_before_rope = in.k_base.clone();
+      kernels::apply_rope_(in.k_base, plan.rope_cos, plan.rope_sin);
+    }
     in.out = at::empty({total, c.num_heads, c.head_dim}, in.q.options());
     backend.attend(in, plan);
     hidden.add_(project(in.out.view({total, q_dim}), l, w.o, {Module::kO}, plan));

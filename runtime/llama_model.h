@@ -36,6 +36,10 @@ struct SequenceInput {
   // base rows; the attention backend keeps the adapter's part apart as residual rows C = X A
   // (the shared-base modes). true: K and V include the adapter's output (full rows).
   bool kv_lora_in_rows = true;
+  // Also the base rows' K and V (LayerAttentionInput::k_base, v_base), the adapter's update
+  // left out, beside K and V with it: a reply kept as full rows for its author to read and
+  // as the shared layout's base rows for its commit (writer `author`).
+  bool base_kv_too = false;
   // Position of tokens[0] with an AttentionBackend (the KvCache overload continues from the
   // cache's rows instead).
   int64_t first_position = 0;
@@ -80,6 +84,9 @@ struct LayerAttentionInput {
   at::Tensor k;    // [T, num_kv_heads, head_dim], RoPE applied; base rows unless kv_lora_in_rows
   at::Tensor k_before_rope;  // the same before RoPE, when the backend asks (keys_before_rope())
   at::Tensor v;    // [T, num_kv_heads, head_dim]
+  // When a sequence asks (SequenceInput::base_kv_too): K (RoPE applied, and before it when
+  // the backend asks) and V of every row without any adapter's k/v update; else undefined.
+  at::Tensor k_base, k_base_before_rope, v_base;
   at::Tensor out;  // [T, num_heads, head_dim] to fill, q's dtype
 };
 
@@ -145,8 +152,10 @@ class LlamaModel {
   // The one choke point for every linear projection of a layer: x [T, in] -> [T, out]:
   // the base GEMM of `weight` (the stacked rows of `modules`, in order), then each module's
   // adapter shrink/expand over its rows (plan.adapter_rows) on that module's columns.
+  // `base_copy`, when given, receives the base GEMM's output before any adapter's update.
   at::Tensor project(const at::Tensor& x, int64_t layer, const LinearWeight& weight,
-                     std::initializer_list<Module> modules, const StepPlan& plan) const;
+                     std::initializer_list<Module> modules, const StepPlan& plan,
+                     at::Tensor* base_copy = nullptr) const;
   at::Tensor forward_from(const std::vector<SequenceInput>& batch, const std::function<int64_t(size_t)>& first_position,
                           AttentionBackend& backend, ForwardOptions options) const;
   // Output width of one module's projection.

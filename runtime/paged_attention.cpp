@@ -93,7 +93,10 @@ class PagedAttention final : public AttentionBackend {
         r.private_rows = views_.add_base(it.private_seq, cache::BaseLayerView::kAllPositions, by_row ? views_.rows_read(r.base) : -1);
       }
     }
-    for (const Item& it : items_) writes_.push_back(it.slots ? cache_.plan_writes(*it.slots) : cache::WritePlan{});
+    for (const Item& it : items_) {
+      writes_.push_back(it.slots ? cache_.plan_writes(*it.slots) : cache::WritePlan{});
+      author_writes_.push_back(it.author_slots ? cache_.plan_writes(*it.author_slots) : cache::WritePlan{});
+    }
     views_.finish();
     agents_.resize(items_.size());
     params_.num_heads = c_.num_heads;
@@ -294,28 +297,41 @@ class PagedAttention final : public AttentionBackend {
 
   // The layer's base rows of every item as one scatter per lane (the batch plan is made at
   // the first layer: the step's batch offsets come with the forward), then each item's
-  // residual rows, C = X A per stream.
+  // residual rows, C = X A per stream; the same for the author rows of private items
+  // (writer author's fast form), from the base K and V.
   void write_rows(const LayerAttentionInput& in, const StepPlan& plan) {
     const at::Tensor& k = keys_before_rope() ? in.k_before_rope : in.k;
-    if (!batch_writes_) batch_writes_ = plan_batch_writes(plan);
+    if (!batch_writes_) batch_writes_ = plan_batch_writes(plan, /*author_rows=*/false);
     cache_.write_batch_base(*batch_writes_, in.layer, k, in.v);
+    if (in.k_base.defined()) {
+      if (!author_batch_writes_) author_batch_writes_ = plan_batch_writes(plan, /*author_rows=*/true);
+      cache_.write_batch_base(*author_batch_writes_, in.layer, keys_before_rope() ? in.k_base_before_rope : in.k_base,
+                              in.v_base);
+    }
     for (size_t i = 0; i < items_.size(); ++i) {
       const Item& it = items_[i];
       const int64_t row0 = plan.offsets[i];
-      for (size_t f = 0; f < it.fills.size(); ++f) {
-        const at::Tensor& a = it.fills[f].stream->a[static_cast<size_t>(in.layer)];  // [rank, hidden]
-        if (!a.defined()) continue;
-        const int64_t off = row0 + it.fills[f].from - it.start, n = it.end - it.fills[f].from;
-        cache_.write_residual(writes_[i], f, in.layer, at::matmul(in.x.narrow(0, off, n), a.t()));  // C = X A^T: [n, rank]
-      }
+      for (size_t f = 0; f < it.fills.size(); ++f) write_residual(in, writes_[i], f, *it.fills[f].stream, row0 + it.fills[f].from - it.start, it.end - it.fills[f].from);
+      for (size_t f = 0; f < it.author_fills.size(); ++f) write_residual(in, author_writes_[i], f, *it.author_fills[f], row0, it.end - it.start);
     }
   }
 
-  // Each item's base rows: its slots, and its rows' place in the step's batch.
-  cache::BatchWritePlan plan_batch_writes(const StepPlan& plan) const {
+  // C = X A^T of the batch's rows [row, row + n) into residual append `f` of `writes`.
+  void write_residual(const LayerAttentionInput& in, const cache::WritePlan& writes, size_t f, const ReaderStream& s,
+                      int64_t row, int64_t n) {
+    const at::Tensor& a = s.a[static_cast<size_t>(in.layer)];  // [rank, hidden]
+    if (a.defined()) cache_.write_residual(writes, f, in.layer, at::matmul(in.x.narrow(0, row, n), a.t()));  // [n, rank]
+  }
+
+  // Each item's base rows (or its author rows): its slots, and its rows' place in the step's batch.
+  cache::BatchWritePlan plan_batch_writes(const StepPlan& plan, bool author_rows) const {
     std::vector<cache::BatchAppend> appends;
     for (size_t i = 0; i < items_.size(); ++i) {
       const Item& it = items_[i];
+      if (author_rows) {
+        if (it.author_slots) appends.push_back({&*it.author_slots, plan.offsets[i]});
+        continue;
+      }
       if (it.base_from >= it.end) continue;
       LORAKV_ASSERT(it.slots, "an item writing base rows without reserved slots");
       appends.push_back({&*it.slots, plan.offsets[i] + it.base_from - it.start});
@@ -387,6 +403,8 @@ class PagedAttention final : public AttentionBackend {
   std::vector<ItemReads> reads_;              // per item
   std::vector<cache::WritePlan> writes_;      // per item (residual rows)
   std::optional<cache::BatchWritePlan> batch_writes_;  // every item's base rows, made at the first layer
+  std::vector<cache::WritePlan> author_writes_;  // per item: its author rows' residual rows
+  std::optional<cache::BatchWritePlan> author_batch_writes_;  // every item's author base rows
   std::vector<kernels::SharedBase> bases_;    // the kernel's bases; rows refilled per layer
   std::vector<int64_t> base_reads_;           // per base: its StepViews read
   std::vector<kernels::AgentAttention> agents_;  // per item in `order_`, refilled per layer
@@ -435,6 +453,7 @@ void run_items(const LlamaModel& model, cache::PagedKvCache& cache, Engine::Stat
     in.tokens = it.tokens;
     in.adapter = it.adapter;
     in.kv_lora_in_rows = it.kv_lora_in_rows;
+    in.base_kv_too = it.author_rows.valid();
     in.activation_applied = it.activation_applied;
     in.first_position = it.start;
     in.all_logits = it.all_logits;

@@ -366,23 +366,35 @@ std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const Cont
   return items;
 }
 
-// The sequence whose rows the reader's private rows can become at commit: rows equal to
-// what processing the reply as context would write (docs/sharing_modes.md, "Commit"):
-// `full` (the reader's own rows), `full_shared` with writer `first` (the shared rows are
-// whoever processes first's full rows) or `author` (its author's full rows). Only when
-// nothing was appended since the reply began and the rows before it are all there. Invalid
-// otherwise: the reply is processed again.
-SeqId adoption_target(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r) {
-  SeqId target;
-  if (c.options.mode == SharingMode::kFull) target = r.own_seq;
-  if (c.options.mode == SharingMode::kFullShared && c.options.writer != SharedWriter::kBase) target = c.shared_seq;
+bool keeps_author_rows(const ContextState& c, const ReaderState& r) {
+  return c.options.writer == SharedWriter::kAuthor && mode_keeps_residuals(c.options.mode) && !r.activated();
+}
+
+// What the reply's rows can become: rows equal to what processing the reply as context
+// would write. `full` (the reader's own rows) and `full_shared` with writer `first` (the
+// shared rows are whoever processes first's full rows) or `author` (its author's full rows)
+// take the private rows; the residual modes with writer author take the author rows, beside
+// shared C streams that cover every row (base_shared: the other readers' own C_i are filled
+// later, as for any text). Only when nothing was appended since the reply began and the rows
+// before it are all there; otherwise the reply is processed again.
+Adoption adoption(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r) {
   const auto n = static_cast<int64_t>(c.tokens.size());
-  if (!target.valid() || !r.private_seq.valid() || r.private_after != n) return SeqId();
+  if (!r.private_seq.valid() || r.private_after != n) return {};
+  Adoption a;
+  if (c.options.mode == SharingMode::kFull) a = {r.own_seq, r.private_seq};
+  if (c.options.mode == SharingMode::kFullShared && c.options.writer != SharedWriter::kBase) a = {c.shared_seq, r.private_seq};
+  if (r.author_rows.valid()) a = {c.shared_seq, r.author_rows};
   // An aLoRA reader's private rows hold the adapter's K/V; its context rows are base rows.
-  if (r.activated()) return SeqId();
-  const cache::SequenceState& t = cache.manager().sequence(target);
-  if (t.num_positions != n || !t.residuals.empty()) return SeqId();
-  return target;
+  if (!a.target.valid() || (r.activated() && a.rows == r.private_seq)) return {};
+  const cache::SequenceState& t = cache.manager().sequence(a.target);
+  if (t.num_positions != n) return {};
+  for (const cache::ResidualStream& s : cache.manager().sequence(a.rows).residuals) {
+    const cache::ResidualStream* beside = t.find_residual(s.key);
+    if (beside == nullptr || beside->covered != n) return {};
+  }
+  // Private rows hold no C rows: beside them the target must keep none either.
+  if (a.rows == r.private_seq && !t.residuals.empty()) return {};
+  return a;
 }
 
 }  // namespace lorakv::runtime

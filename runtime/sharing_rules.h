@@ -76,8 +76,21 @@ std::optional<NewSequence> sequence_to_create(cache::StorageDtype dtype, Context
 std::vector<Item> plan_context_work(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r,
                                     size_t work, int64_t chunk, bool all_logits);
 
-// The sequence whose rows the reader's private rows can become at commit, or an invalid id:
-// the reply is processed again (docs/sharing_modes.md, "Commit").
-SeqId adoption_target(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r);
+// Writer author's fast form: whether a reply `r` begins keeps its rows a second time in the
+// shared layout while it decodes (ReaderState::author_rows: base rows from its hidden states
+// and the C rows of its streams_to_fill), so that its commit adopts them instead of
+// processing the reply again: base_shared and base_lr_shared with writer author, for a
+// reader that is not an aLoRA (its context rows are the base model's, its private rows its
+// adapter's). The engine asks only where EngineOptions::keep_author_rows is set.
+bool keeps_author_rows(const ContextState& c, const ReaderState& r);
+
+// What the reader's reply becomes at commit (docs/sharing_modes.md, "Commit"): the rows of
+// `rows` (its private rows, or its author rows) moved onto the end of `target`; an invalid
+// target: the reply is processed again.
+struct Adoption {
+  SeqId target;
+  SeqId rows;
+};
+Adoption adoption(const cache::PagedKvCache& cache, const ContextState& c, const ReaderState& r);
 
 }  // namespace lorakv::runtime

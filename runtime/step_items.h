@@ -47,6 +47,12 @@ struct Item {
   std::vector<const ReaderStream*> reads;
   SeqId private_seq;
   bool all_logits = false;
+  // Writer author's fast form (ReaderState::author_rows): the private item's rows again in
+  // the shared layout, into `author_rows`: base rows without the adapter's k/v update for
+  // [start, end), and C rows of `author_fills` for the same positions.
+  SeqId author_rows;
+  std::vector<const ReaderStream*> author_fills;
+  std::optional<cache::AppendSlots> author_slots;
 };
 
 // Runs the admitted items as one forward pass (layer by layer through the fused kernel on

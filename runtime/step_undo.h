@@ -17,17 +17,18 @@ namespace lorakv::runtime {
 struct ReaderMarks {
   ContextState* context = nullptr;
   ReaderState* reader = nullptr;
-  SeqId shared_seq, own_seq, private_seq;
+  SeqId shared_seq, own_seq, private_seq, author_rows;
   int64_t private_after = 0;
   int64_t active_from = -1;
 
   static ReaderMarks of(ContextState& c, ReaderState& r) {
-    return {&c, &r, c.shared_seq, r.own_seq, r.private_seq, r.private_after, r.active_from};
+    return {&c, &r, c.shared_seq, r.own_seq, r.private_seq, r.author_rows, r.private_after, r.active_from};
   }
   void restore() const {
     context->shared_seq = shared_seq;
     reader->own_seq = own_seq;
     reader->private_seq = private_seq;
+    reader->author_rows = author_rows;
     reader->private_after = private_after;
     reader->active_from = active_from;
   }

@@ -11,9 +11,10 @@
 //     as a fused base pass would; the step's extra time over the agent alone, per reply row.
 //     (The base reader also computes its row's logits, which a fused pass would not need: an
 //     upper bound by one row of the output head.)
-// Beside them, what keeping a standard agent's rows at commit (issue's "fast form" of writer
-// `author`) would save: the same reply by the qv_shared_a planner in `base_lr_shared:author`,
-// whose commit is processed again by its author, timed the same way.
+// Beside them, what keeping a standard agent's rows for its commit saves (writer `author`'s
+// fast form, EngineOptions::keep_author_rows): the same reply by the qv_shared_a planner in
+// `base_lr_shared:author`, processed again by its author at commit (the plain form) against
+// adopted (the fast form), decode steps and commit timed on each.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -45,9 +46,10 @@ struct ReplySide {
   ContextId ctx;
 };
 ReplySide prepare(BenchWorkload& w, const std::vector<AdapterPtr>& readers, const std::vector<int32_t>& text,
-                  SharedWriter writer = SharedWriter::kFirst) {
+                  SharedWriter writer = SharedWriter::kFirst, bool keep_author_rows = false) {
   ReplySide s;
   runtime::EngineOptions eo;
+  eo.keep_author_rows = keep_author_rows;
   eo.base_rows = static_cast<int64_t>(text.size()) + 4 * (kReplyTokens + 64);
   eo.residual_rows = eo.base_rows;
   s.engine = std::make_unique<runtime::Engine>(w.model(), eo);
@@ -82,19 +84,22 @@ double decode_reply(ReplySide& s, const std::vector<int32_t>& header) {
 
 struct ReplyTimes {
   double step_alone = 0, step_with_base = 0, commit = 0, commit_rows = 0;
-  double author_step = 0, author_commit = 0, author_rows = 0;  // base_lr_shared:author, standard planner
+  // base_lr_shared:author, the standard planner: the plain and the fast form.
+  double plain_step = 0, plain_commit = 0, fast_step = 0, fast_commit = 0;
 };
 
 // Commits reader 0's reply and runs the context work it leaves; the seconds, and the rows
-// (checked to be the reply processed again, not adopted).
-double timed_commit(ReplySide& s, double* rows) {
-  const int64_t again = s.engine->committed_tokens_processed_again();
+// (checked to be the reply processed again, or with `adopted` adopted).
+double timed_commit(ReplySide& s, double* rows, bool adopted = false) {
+  const int64_t again = s.engine->committed_tokens_processed_again(), adoptions = s.engine->adopted_commits();
   const double start = bench_seconds();
-  *rows = static_cast<double>(s.engine->commit_private({s.ctx, 0}));
+  const int64_t committed = s.engine->commit_private({s.ctx, 0});
   runtime::prefill(*s.engine, {s.ctx, 0});
   const double seconds = bench_seconds() - start;
-  LORAKV_CHECK(s.engine->committed_tokens_processed_again() - again == static_cast<int64_t>(*rows), InternalError,
-               "the reply was not processed again at commit");
+  if (rows != nullptr) *rows = static_cast<double>(committed);
+  LORAKV_CHECK(s.engine->committed_tokens_processed_again() - again == (adopted ? 0 : committed) &&
+                   s.engine->adopted_commits() - adoptions == (adopted ? 1 : 0),
+               InternalError, (adopted ? "the reply was not adopted at commit" : "the reply was not processed again at commit"));
   return seconds;
 }
 
@@ -114,12 +119,13 @@ ReplyTimes one_repetition(BenchWorkload& w, const std::vector<int32_t>& text, co
     ReplySide s = prepare(w, readers, text);
     t.step_with_base = decode_reply(s, header);
   };
-  auto author_side = [&]() {
-    ReplySide s = prepare(w, {w.shared_a[0]}, text, SharedWriter::kAuthor);  // the trained planner
-    t.author_step = decode_reply(s, header);
-    t.author_commit = timed_commit(s, &t.author_rows);
+  auto author_side = [&](bool fast) {
+    ReplySide s = prepare(w, {w.shared_a[0]}, text, SharedWriter::kAuthor, fast);  // the trained planner
+    (fast ? t.fast_step : t.plain_step) = decode_reply(s, header);
+    (fast ? t.fast_commit : t.plain_commit) = timed_commit(s, nullptr, fast);
   };
-  const std::vector<std::function<void()>> sides = {alone_side, base_side, author_side};
+  const std::vector<std::function<void()>> sides = {alone_side, base_side, [&] { author_side(false); },
+                                                    [&] { author_side(true); }};
   for (size_t k = 0; k < sides.size(); ++k) sides[(k + static_cast<size_t>(rep)) % sides.size()]();
   return t;
 }
@@ -130,8 +136,9 @@ void run_alora_reply(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream
   const std::string path = o.out_dir + "/alora_reply.csv";
   std::ofstream csv(path);
   csv << "context_tokens,reply_rows,commit_seconds,commit_seconds_per_row,step_alone_seconds,"
-         "step_with_base_row_seconds,base_row_in_step_seconds,in_step_over_commit,author_commit_seconds_per_row,"
-         "author_step_seconds,author_commit_share,repetitions\n";
+         "step_with_base_row_seconds,base_row_in_step_seconds,in_step_over_commit,author_plain_step_seconds,"
+         "author_plain_commit_seconds,author_fast_step_seconds,author_fast_commit_seconds,author_fast_over_plain,"
+         "repetitions\n";
   out << "\nAn aLoRA reply's base rows: the commit's batch pass against a base row beside each decode step ("
       << kReplyTokens << " generated tokens, base_lr_shared, median of " << o.repetitions << ", sides alternated)\n"
       << "| context | commit pass ms/row | decode step alone ms | with a base row ms | base row in the step ms | "
@@ -139,12 +146,14 @@ void run_alora_reply(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream
   const std::vector<int32_t> header = w.encode("<|im_start|>planner\n");
   struct AuthorRow {
     size_t context;
-    double per_row, step, share;
+    double plain_step, plain_commit, fast_step, fast_commit, ratio;
   };
   std::vector<AuthorRow> authors;
+  // A reply's time: its decode steps, then the commit and the work it leaves.
+  const auto reply_seconds = [](double step, double commit) { return static_cast<double>(kReplyTokens) * step + commit; };
   for (int64_t tokens : o.decode_lengths) {
     const std::vector<int32_t> text = w.real_text(tokens);
-    std::vector<double> commit, per_row, alone, with_base, in_step, author_per_row, author_step, author_share;
+    std::vector<double> commit, per_row, alone, with_base, in_step, plain_step, plain_commit, fast_step, fast_commit, ratio;
     double rows = 0;
     for (int64_t rep = 0; rep < o.repetitions; ++rep) {
       std::fprintf(stderr, "[%7.1f s] aLoRA reply on %lld tokens: repetition %lld ...\n", bench_seconds(),
@@ -156,29 +165,32 @@ void run_alora_reply(BenchWorkload& w, const MemoryBenchOptions& o, std::ostream
       alone.push_back(t.step_alone);
       with_base.push_back(t.step_with_base);
       in_step.push_back(t.step_with_base - t.step_alone);
-      author_per_row.push_back(t.author_commit / t.author_rows);
-      author_step.push_back(t.author_step);
-      // The commit's share of the reply's time: its decode steps, then the commit pass.
-      author_share.push_back(t.author_commit / (static_cast<double>(kReplyTokens) * t.author_step + t.author_commit));
+      plain_step.push_back(t.plain_step);
+      plain_commit.push_back(t.plain_commit);
+      fast_step.push_back(t.fast_step);
+      fast_commit.push_back(t.fast_commit);
+      ratio.push_back(reply_seconds(t.fast_step, t.fast_commit) / reply_seconds(t.plain_step, t.plain_commit));
     }
-    authors.push_back({text.size(), median(author_per_row), median(author_step), median(author_share)});
+    authors.push_back({text.size(), median(plain_step), median(plain_commit), median(fast_step), median(fast_commit),
+                       median(ratio)});
+    const AuthorRow& a = authors.back();
     const double c = median(per_row), extra = median(in_step);
     csv << text.size() << "," << rows << "," << median(commit) << "," << c << "," << median(alone) << ","
-        << median(with_base) << "," << extra << "," << extra / c << "," << authors.back().per_row << ","
-        << authors.back().step << "," << authors.back().share << "," << o.repetitions << "\n";
+        << median(with_base) << "," << extra << "," << extra / c << "," << a.plain_step << "," << a.plain_commit << ","
+        << a.fast_step << "," << a.fast_commit << "," << a.ratio << "," << o.repetitions << "\n";
     char line[200];
     std::snprintf(line, sizeof line, "| %zu | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", text.size(), 1e3 * c,
                   1e3 * median(alone), 1e3 * median(with_base), 1e3 * extra, extra / c);
     out << line;
   }
-  out << "\nWhat keeping the author's rows at commit would save (writer author's fast form): the same reply by the "
-         "qv_shared_a planner in base_lr_shared:author, processed again by its author at commit\n"
-      << "| context | commit pass ms/row | decode step ms | commit share of the reply's time |\n"
-         "| ---: | ---: | ---: | ---: |\n";
+  out << "\nWriter author: the same reply by the qv_shared_a planner in base_lr_shared:author, processed again by its "
+         "author at commit (plain) or adopted (fast: keep_author_rows)\n"
+      << "| context | plain: decode step ms | plain: commit ms | fast: decode step ms | fast: commit ms | "
+         "fast / plain, the reply's time |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n";
   for (const AuthorRow& a : authors) {
-    char line[160];
-    std::snprintf(line, sizeof line, "| %zu | %.2f | %.2f | %.1f%% |\n", a.context, 1e3 * a.per_row, 1e3 * a.step,
-                  100 * a.share);
+    char line[200];
+    std::snprintf(line, sizeof line, "| %zu | %.2f | %.1f | %.2f | %.1f | %.3f |\n", a.context, 1e3 * a.plain_step,
+                  1e3 * a.plain_commit, 1e3 * a.fast_step, 1e3 * a.fast_commit, a.ratio);
     out << line;
   }
   out << "wrote " << path << "\n";

@@ -62,8 +62,8 @@ part also runs activated LoRA (aLoRA) twins of the adapters (the same factors, i
 their turn header): 1 to 16 aLoRA agents on the longest trajectory, their fidelity against
 their own exact forward, and their time to first token and decode. The alora_reply part
 times what an aLoRA reply's base rows cost: processed again at commit (a batch), against a
-base-weight row beside each of its decode steps; and what writer author's commit pass costs
-(what keeping the author's rows would save).
+base-weight row beside each of its decode steps; and a writer author reply processed again
+at commit (plain) against one whose rows were kept while it decoded (fast).
 The fidelity part also writes KL and top-1 per role and per the role's turn ordinal
 (fidelity_turns.csv) and, on the short contexts, per layer the relative error of the K and
 V rows each reader sees against its own full rows (fidelity_layers.csv).

@@ -137,6 +137,53 @@ TEST(PagedKvCache, PerHeadCompactionKeepsResidualsAligned) {
   }
 }
 
+// A suffix sequence with a residual stream (a reply kept in the shared layout, writer
+// author's fast form) is adopted onto the end of its sequence: base rows and residual rows
+// land after the sequence's own, aligned, covering every position; a stream the suffix lacks
+// stays behind; a target stream that does not cover every position is refused.
+TEST(PagedKvCache, AdoptedSuffixBringsItsResidualRows) {
+  for (int64_t hpg : {1, 3}) {
+    PagedKvCache cache(config(hpg));
+    const ContentKey base = ContentKey::base(StorageDtype::kFloat32);
+    const ContentKey res_a = ContentKey::residual(StreamKind::kResidualV, StorageDtype::kFloat32, kA);
+    const ContentKey res_b = ContentKey::residual(StreamKind::kResidualV, StorageDtype::kFloat32, kB);
+    std::vector<int32_t> all = tokens_of(10);
+    const std::vector<int32_t> reply = {50, 51, 52, 53, 54, 55};
+    cache.create_sequence(SeqId(1), base);
+    cache.attach_residual(SeqId(1), res_a, {2, 3}, {});
+    cache.attach_residual(SeqId(1), res_b, {3, 2}, {});
+    append(cache, SeqId(1), all, kA, {{res_a, 1}}, 10);
+    append(cache, SeqId(1), {}, kB, {{res_b, 2}}, 4);  // B lags
+    all.insert(all.end(), reply.begin(), reply.end());
+    cache.create_suffix_sequence(SeqId(2), base, 10);
+    cache.attach_residual(SeqId(2), res_a, {2, 3}, {});
+    const std::optional<AppendSlots> slots = cache.append(SeqId(2), {reply, kA, {{res_a, 6}}});
+    ASSERT_TRUE(slots);
+    EXPECT_EQ(slots->first_position, 10);
+    for (int64_t layer = 0; layer < cache.layout().num_layers; ++layer) {
+      const at::Tensor k = make_k(cache.layout(), layer, 10, reply);
+      cache.write_base(*slots, layer, k, k + 0.25);
+      cache.write_residual(*slots, 0, layer, make_c(1, layer, layer == 0 ? 2 : 3, 10, 6, all));
+    }
+    // Refused while the target's stream does not cover every position.
+    cache.create_suffix_sequence(SeqId(3), base, 10);
+    cache.attach_residual(SeqId(3), res_b, {3, 2}, {});
+    EXPECT_THROW(cache.adopt_suffix(SeqId(1), SeqId(3)), InternalError);
+    EXPECT_EQ(cache.manager().sequence(SeqId(1)).num_positions, 10) << "a refused adoption changes nothing";
+    cache.release(SeqId(3));
+    ASSERT_TRUE(cache.adopt_suffix(SeqId(1), SeqId(2)));
+    EXPECT_FALSE(cache.manager().has_sequence(SeqId(2)));
+    expect_lanes_hold(cache, SeqId(1), all);
+    expect_residual_aligned(cache, SeqId(1), res_a, 1, all);
+    EXPECT_EQ(cache.manager().residual(SeqId(1), res_a).covered, 16);
+    EXPECT_EQ(cache.manager().residual(SeqId(1), res_b).covered, 4);
+    append(cache, SeqId(1), {}, kB, {{res_b, 2}}, 12, &all);  // B catches up over the adopted rows
+    expect_residual_aligned(cache, SeqId(1), res_b, 2, all);
+    cache.release(SeqId(1));
+    EXPECT_EQ(cache.stats().bytes_in_use, 0);
+  }
+}
+
 TEST(PagedKvCache, BFloat16StoresRowsInTwoBytes) {
   PagedKvCache cache(config(3, StorageDtype::kBFloat16));
   cache.create_sequence(SeqId(1), ContentKey::base(StorageDtype::kBFloat16));

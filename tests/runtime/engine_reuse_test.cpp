@@ -245,11 +245,13 @@ TEST_F(EngineReuse, GenerateComputesIdenticalPromptsOnce) {
   for (const GenerationOutput& o : out) EXPECT_EQ(o.tokens, alone[0].tokens);
 }
 
-// A reply committed in `full` (the reader's own rows) and in `full_shared` with writer
-// `first` or `author` is adopted: the committer has nothing to process after the commit, and the next
-// turn's logits equal an engine that processed the reply as context. Where the rows differ
-// (base_shared, base_lr_shared, writer base) or the context grew since the reply began, the
-// reply is processed again.
+// A reply committed in `full` (the reader's own rows), in `full_shared` with writer `first`
+// or `author`, and in base_shared and base_lr_shared with writer `author` (the rows it kept
+// in the shared layout) is adopted: the committer has nothing to process after the commit,
+// and the next turn's logits equal an engine that processed the reply as context. Where the
+// rows differ (base_shared and base_lr_shared with writer first, writer base) or the context
+// grew since the reply began, the reply is processed again. (Writer author's fallbacks:
+// engine_author_rows_test.cpp.)
 TEST_F(EngineReuse, CommitAdoptsPrivateRowsWhereTheyEqualTheContextRows) {
   const std::vector<int32_t> context = seq_tokens(21, 4), reply = seq_tokens(19, 17), next = seq_tokens(3, 8);
   struct Case {
@@ -262,9 +264,9 @@ TEST_F(EngineReuse, CommitAdoptsPrivateRowsWhereTheyEqualTheContextRows) {
                         {SharingMode::kFullShared, SharedWriter::kBase, false},
                         {SharingMode::kFullShared, SharedWriter::kAuthor, true},
                         {SharingMode::kBaseShared, SharedWriter::kFirst, false},
-                        {SharingMode::kBaseShared, SharedWriter::kAuthor, false},
+                        {SharingMode::kBaseShared, SharedWriter::kAuthor, true},
                         {SharingMode::kBaseLrShared, SharedWriter::kFirst, false},
-                        {SharingMode::kBaseLrShared, SharedWriter::kAuthor, false}};
+                        {SharingMode::kBaseLrShared, SharedWriter::kAuthor, true}};
   // Reader 0 processes `context` and runs `reply` as private tokens.
   auto reply_on = [&](Engine& engine, ContextOptions mode, const std::vector<AdapterPtr>& readers) {
     const ContextId c = engine.create_context(mode, readers);

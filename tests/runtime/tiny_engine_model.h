@@ -76,15 +76,16 @@ inline at::Tensor seeded_uniform(std::vector<int64_t> sizes, uint32_t seed, floa
   return t;
 }
 
-// A rank-`rank` adapter on q_proj and v_proj of every layer. `a_seed` draws the A factors and
-// `b_seed` the B factors: adapters with one a_seed share their v A (a base_lr_shared group).
-inline std::shared_ptr<const adapters::Adapter> make_tiny_adapter(const runtime::LlamaModel& model,
-                                                                   const std::string& name, uint32_t a_seed,
-                                                                   uint32_t b_seed, int64_t rank = 2) {
+// A rank-`rank` adapter on q_proj and v_proj (or `adapted`) of every layer. `a_seed` draws
+// the A factors and `b_seed` the B factors: adapters with one a_seed share their A (a
+// base_lr_shared group).
+inline std::shared_ptr<const adapters::Adapter> make_tiny_adapter(
+    const runtime::LlamaModel& model, const std::string& name, uint32_t a_seed, uint32_t b_seed, int64_t rank = 2,
+    const std::vector<adapters::ModuleId>& adapted = {adapters::ModuleId::kQ, adapters::ModuleId::kV}) {
   const adapters::BaseModelShape shape = model.adapter_shape();
   std::vector<adapters::LoraModule> modules;
   for (int64_t layer = 0; layer < shape.num_layers; ++layer) {
-    for (adapters::ModuleId m : {adapters::ModuleId::kQ, adapters::ModuleId::kV}) {
+    for (adapters::ModuleId m : adapted) {
       const auto salt = static_cast<uint32_t>(layer * 10 + static_cast<int64_t>(m));
       const at::Tensor a = seeded_uniform({rank, shape.in_dim(m)}, a_seed * 100 + salt, 0.5f);
       const at::Tensor bf = seeded_uniform({shape.out_dim(m), rank}, b_seed * 100 + salt, 0.5f);
