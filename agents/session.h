@@ -8,11 +8,12 @@
 // and the three become shared text when the reply ends (an unfinished turn is closed with
 // <|im_end|>). An agent's instruction, when it has one, runs before its header as a private
 // system turn and is never appended.
-// Commit: in `full`, and `full_shared` with writer `first` or `author`, an agent's reply rows
-// become the trajectory's rows as they are (no reprocessing) when nothing was appended since
-// the reply began and the agent has no instruction; otherwise, and in the residual modes, the
-// reply is processed again as appended text: by the next reader (writer `first`), the base
-// model (`base`) or the agent itself (`author`) (docs/sharing_modes.md, "Commit").
+// Commit: in `full`, `full_shared` with writer `first` or `author`, and the residual modes
+// with writer `author` (the rows the agent kept in the shared layout while it replied), an
+// agent's reply rows become the trajectory's rows as they are (no reprocessing) when nothing
+// was appended since the reply began and the agent has no instruction; otherwise the reply
+// is processed again as appended text: by the next reader (writer `first`), the base model
+// (`base`) or the agent itself (`author`) (docs/sharing_modes.md, "Commit").
 //
 // Threading: every method may be called from any thread; calls on one session take effect
 // in the order they reach the engine thread. Blocking methods throw DeadlockError when

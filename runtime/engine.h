@@ -6,8 +6,10 @@
 //     `full`, their residual rows in `base_shared`, the shared rows where they are the
 //     first to process a token); in chunks, beside other readers' work;
 //   - run private tokens after it: their instruction and their reply so far, kept as their
-//     own full rows, which the fused kernel reads after the shared rows;
-//   - commit their reply: it is appended to the context for everyone, and the private rows go.
+//     own full rows, which the fused kernel reads after the shared rows (with writer
+//     `author` in the residual modes, also in the shared layout: their author rows);
+//   - commit their reply: it is appended to the context for everyone; the private rows
+//     become the context's rows where they are what it keeps, and go.
 // An activated LoRA (aLoRA) reader is the base model for everything about the context (base
 // rows, no residual rows, in every mode); only its private work runs with the adapter, from
 // the last occurrence of its invocation tokens in its first private work on, which must hold
@@ -266,7 +268,7 @@ struct ContextMemory {
   int64_t shared_bytes = 0;    // the context's shared rows (base rows, or full rows in full_shared)
   int64_t own_bytes = 0;       // readers' own full rows (`full`)
   int64_t residual_bytes = 0;  // residual streams (base_shared, base_lr_shared)
-  int64_t private_bytes = 0;   // private rows (instructions, replies in progress)
+  int64_t private_bytes = 0;   // private rows (instructions, replies in progress; their author rows)
   int64_t total() const { return shared_bytes + own_bytes + residual_bytes + private_bytes; }
 };
 
@@ -353,10 +355,12 @@ class Engine {
   const std::vector<int32_t>& private_tokens(ReaderRef reader) const;
   // Appends the reader's private tokens to the context, the reader as their author. Where
   // its private rows equal the rows the context keeps for those tokens (`full`: the
-  // reader's own rows; `full_shared` with writer `first` or `author`), and nothing was
-  // appended since its reply began, the rows are adopted (copied over, not recomputed);
-  // otherwise they are dropped and the context's writer processes the tokens like any
-  // appended text (docs/sharing_modes.md, "Commit"). Returns how many tokens were appended.
+  // reader's own rows; `full_shared` with writer `first` or `author`), or it kept those rows
+  // while replying (writer `author` in base_shared and base_lr_shared: its author rows,
+  // EngineOptions::keep_author_rows), and nothing was appended since its reply began, the
+  // rows are adopted (copied over, not recomputed); otherwise they are dropped and the
+  // context's writer processes the tokens like any appended text (docs/sharing_modes.md,
+  // "Commit"). Returns how many tokens were appended.
   int64_t commit_private(ReaderRef reader);
   // Commits so far whose private rows were adopted, and the tokens of the other commits,
   // whose replies the context's writer processes again (what adoption would have saved).

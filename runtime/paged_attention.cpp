@@ -311,8 +311,13 @@ class PagedAttention final : public AttentionBackend {
     for (size_t i = 0; i < items_.size(); ++i) {
       const Item& it = items_[i];
       const int64_t row0 = plan.offsets[i];
-      for (size_t f = 0; f < it.fills.size(); ++f) write_residual(in, writes_[i], f, *it.fills[f].stream, row0 + it.fills[f].from - it.start, it.end - it.fills[f].from);
-      for (size_t f = 0; f < it.author_fills.size(); ++f) write_residual(in, author_writes_[i], f, *it.author_fills[f], row0, it.end - it.start);
+      for (size_t f = 0; f < it.fills.size(); ++f) {
+        const Fill& fill = it.fills[f];
+        write_residual(in, writes_[i], f, *fill.stream, row0 + fill.from - it.start, it.end - fill.from);
+      }
+      for (size_t f = 0; f < it.author_fills.size(); ++f) {
+        write_residual(in, author_writes_[i], f, *it.author_fills[f], row0, it.end - it.start);
+      }
     }
   }
 

@@ -85,7 +85,8 @@ class SharingReference {
   // they equal what processing it would write (docs/sharing_modes.md, "Commit"): in `full`
   // (the committer's own rows) and in `full_shared` with writer `first`, when nothing was
   // appended since the reply began and those rows reach the context's end. Otherwise the
-  // reply is processed again like any appended text.
+  // reply is processed again like any appended text: also with writer `author` in the
+  // residual modes, whose adopted author rows the engine must make equal to that.
   void commit(int reader) {
     Rows& p = priv_[static_cast<size_t>(reader)];
     const auto n = static_cast<int64_t>(tokens_.size());
