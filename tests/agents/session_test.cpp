@@ -341,6 +341,23 @@ TEST_F(Sessions, GenerateAllEqualsEachAgentAloneAndAppendsInOrder) {
   EXPECT_EQ(together->tokens(), expected);
 }
 
+// With writer author the residual modes keep a reply's rows in the shared layout while it
+// is generated, so its commit processes nothing again; with writer first the next reader
+// processes it again (the header and every generated token the driver ran).
+TEST_F(Sessions, WithWriterAuthorAReplyIsNotProcessedAgain) {
+  for (SharedWriter writer : {SharedWriter::kAuthor, SharedWriter::kFirst}) {
+    for (SharingMode mode : {SharingMode::kBaseShared, SharingMode::kBaseLrShared}) {
+      SCOPED_TRACE(std::string(runtime::sharing_mode_name(mode)) + " writer " + runtime::shared_writer_name(writer));
+      auto s = qa_session({mode, writer}, "shared.");
+      const int64_t before = rt().stats().committed_tokens_processed_again;
+      const Reply planner = s->generate("planner", tokens(24));
+      const int64_t again = rt().stats().committed_tokens_processed_again - before;
+      const auto header_and_run = static_cast<int64_t>(4 + planner.tokens.size() - 1);  // "<|im_start|>planner\n"
+      EXPECT_EQ(again, writer == SharedWriter::kAuthor ? 0 : header_and_run);
+    }
+  }
+}
+
 // A private instruction is seen only by its agent: it changes that agent's reply and is
 // never part of the trajectory.
 TEST_F(Sessions, PrivateInstructionIsNeverAppended) {

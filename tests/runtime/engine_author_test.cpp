@@ -156,6 +156,7 @@ TEST_F(EngineAuthor, ACancelledReplyOrAnAuthorLeavingMidReplyAppendsNothing) {
       engine.drop_private({c, 0});
     }
     EXPECT_EQ(engine.context_tokens(c), text(40));
+    EXPECT_EQ(engine.context_memory(c).private_bytes, 0) << "its private and author rows go";
     prefill(engine, {c, 1});
     const at::Tensor ours = engine.step({private_work(c, 1, kNext)}).outputs[0].logits;
     Engine alone(*tiny_.model, small_chunks());
