@@ -59,8 +59,10 @@ class EngineAuthorRows : public ::testing::Test {
   }
 
   // A context of 40 tokens both readers processed.
-  ContextId prepared(Engine& engine, SharingMode mode) {
-    const ContextId c = engine.create_context({mode, SharedWriter::kAuthor}, {planner_, actor_});
+  // Reader 0: the planner, or with `base_reader` the base model (no adapter).
+  ContextId prepared(Engine& engine, SharingMode mode, bool base_reader = false) {
+    const ContextId c =
+        engine.create_context({mode, SharedWriter::kAuthor}, {base_reader ? nullptr : planner_, actor_});
     engine.append(c, text(40));
     prefill(engine, {c, 0});
     prefill(engine, {c, 1});
@@ -88,12 +90,15 @@ class EngineAuthorRows : public ::testing::Test {
 
 // The adopted rows are the rows the plain form writes: base K and V and every C stream, row
 // by row over the whole context, with the same writers. Fails when the author rows are
-// written from the adapted K/V (the full rows) or the C rows from other hidden states.
+// written from the adapted K/V (the full rows) or the C rows from other hidden states. The
+// author is an adapter, or the base model (its reply's rows are base rows, and in
+// base_lr_shared the shared C from its hidden states).
 TEST_F(EngineAuthorRows, TheAdoptedRowsAreTheRowsTheAuthorWritesWhenItProcessesItsReplyAgain) {
-  for (SharingMode mode : {SharingMode::kBaseShared, SharingMode::kBaseLrShared}) {
-    SCOPED_TRACE(sharing_mode_name(mode));
+  for (const auto& [mode, base_reader] : {std::pair{SharingMode::kBaseShared, false}, {SharingMode::kBaseLrShared, false},
+                                         {SharingMode::kBaseShared, true}, {SharingMode::kBaseLrShared, true}}) {
+    SCOPED_TRACE(std::string(sharing_mode_name(mode)) + (base_reader ? ", the base model replying" : ""));
     Engine fast(*tiny_.model, engine_options(true)), plain(*tiny_.model, engine_options(false));
-    const ContextId f = prepared(fast, mode), p = prepared(plain, mode);
+    const ContextId f = prepared(fast, mode, base_reader), p = prepared(plain, mode, base_reader);
     reply(fast, f, 0);
     reply(plain, p, 0);
     // While it replies, the fast form holds the reply's rows twice.
@@ -129,7 +134,8 @@ TEST_F(EngineAuthorRows, TheAdoptedRowsAreTheRowsTheAuthorWritesWhenItProcessesI
     }
     // float32 rows of one computation over other batchings (decode steps against a chunk).
     EXPECT_LT(worst, kTolerance);
-    std::printf("  %-15s adopted rows against the plain form's: %.3g\n", sharing_mode_name(mode), worst);
+    std::printf("  %-15s %-10s adopted rows against the plain form's: %.3g\n", sharing_mode_name(mode),
+                base_reader ? "base model" : "adapter", worst);
     const std::vector<at::Tensor> x = next_logits(fast, f), y = next_logits(plain, p);
     for (size_t r = 0; r < x.size(); ++r) EXPECT_LT(lorakv::testing::relative_error(x[r], y[r]), kTolerance) << "reader " << r;
   }
