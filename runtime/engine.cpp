@@ -263,10 +263,9 @@ int32_t Engine::add_reader(ContextId context, std::shared_ptr<const adapters::Ad
 void Engine::release_context(ContextId context) {
   ContextState& c = state_->context(context);
   if (c.shared_seq.valid()) cache_->release(c.shared_seq);
-  for (ReaderState& r : c.readers) {
-    if (r.own_seq.valid()) cache_->release(r.own_seq);
-    if (r.private_seq.valid()) cache_->release(r.private_seq);
-    if (r.author_rows.valid()) cache_->release(r.author_rows);
+  for (size_t i = 0; i < c.readers.size(); ++i) {
+    if (c.readers[i].own_seq.valid()) cache_->release(c.readers[i].own_seq);
+    if (!c.readers[i].left) drop_private({context, static_cast<int32_t>(i)});  // a reader that left has none
   }
   state_->contexts.erase(context.value());
 }

@@ -79,9 +79,9 @@ int64_t LlamaModel::module_width(Module module) const {
 
 at::Tensor LlamaModel::project(const at::Tensor& x, int64_t layer, const LinearWeight& weight,
                                std::initializer_list<Module> modules, const StepPlan& plan,
-                               at::Tensor* base_copy) const {
+                               at::Tensor* base_copy, int64_t base_copy_from) const {
   at::Tensor out = weight.linear(x);  // [T, Σ widths]: the base projection, kept apart from LoRA
-  if (base_copy != nullptr) *base_copy = out.clone();
+  if (base_copy != nullptr) *base_copy = out.narrow(1, base_copy_from, out.size(1) - base_copy_from).clone();
   if (plan.adapter_rows.empty()) return out;
   int64_t offset = 0;
   for (Module module : modules) {
@@ -263,9 +263,9 @@ at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
     LayerAttentionInput in;
     in.layer = l;
     in.x = kernels::rms_norm(hidden, w.attn_norm, c.rms_norm_eps);
-    at::Tensor qkv_base;  // [T, q + 2 kv] before any adapter's update, when a sequence asks
+    at::Tensor kv_base;  // [T, 2 kv]: K and V before any adapter's update, when a sequence asks
     const at::Tensor qkv = project(in.x, l, w.qkv, {Module::kQ, Module::kK, Module::kV}, plan,
-                                   base_kv_too ? &qkv_base : nullptr);  // [T, q + 2 kv]
+                                   base_kv_too ? &kv_base : nullptr, q_dim);  // [T, q + 2 kv]
     in.q = qkv.narrow(1, 0, q_dim).view({total, c.num_heads, c.head_dim});
     in.k = qkv.narrow(1, q_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
     in.v = qkv.narrow(1, q_dim + kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
@@ -273,8 +273,8 @@ at::Tensor LlamaModel::forward_from(const std::vector<SequenceInput>& batch,
     kernels::apply_rope_(in.q, plan.rope_cos, plan.rope_sin);  // in place, in the qkv buffer
     kernels::apply_rope_(in.k, plan.rope_cos, plan.rope_sin);
     if (base_kv_too) {
-      in.k_base = qkv_base.narrow(1, q_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
-      in.v_base = qkv_base.narrow(1, q_dim + kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
+      in.k_base = kv_base.narrow(1, 0, kv_dim).view({total, c.num_kv_heads, c.head_dim});
+      in.v_base = kv_base.narrow(1, kv_dim, kv_dim).view({total, c.num_kv_heads, c.head_dim});
       if (backend.keys_before_rope()) in.k_base_before_rope = in.k_base.clone();
       kernels::apply_rope_(in.k_base, plan.rope_cos, plan.rope_sin);
     }

@@ -152,10 +152,11 @@ class LlamaModel {
   // The one choke point for every linear projection of a layer: x [T, in] -> [T, out]:
   // the base GEMM of `weight` (the stacked rows of `modules`, in order), then each module's
   // adapter shrink/expand over its rows (plan.adapter_rows) on that module's columns.
-  // `base_copy`, when given, receives the base GEMM's output before any adapter's update.
+  // `base_copy`, when given, receives the base GEMM's columns from `base_copy_from` on,
+  // before any adapter's update.
   at::Tensor project(const at::Tensor& x, int64_t layer, const LinearWeight& weight,
                      std::initializer_list<Module> modules, const StepPlan& plan,
-                     at::Tensor* base_copy = nullptr) const;
+                     at::Tensor* base_copy = nullptr, int64_t base_copy_from = 0) const;
   at::Tensor forward_from(const std::vector<SequenceInput>& batch, const std::function<int64_t(size_t)>& first_position,
                           AttentionBackend& backend, ForwardOptions options) const;
   // Output width of one module's projection.
